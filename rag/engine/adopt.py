@@ -1,0 +1,44 @@
+"""Adoption (E6): which fused chunks become evidence."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class Adopter:
+    """Single-class (or class-less) questions adopt the top `single`; multi-class ones take at most
+    `per_class` per class, round-robin in the order the classes were named (seed 001: 5 and 3)."""
+
+    single: int = 5
+    per_class: int = 3
+    spread: int = 5  # a question naming no class: the first picks come from this many different classes
+    class_evidence: int = 5  # a class's strength is the summed fused score of its best this-many chunks
+
+    def run(self, fused: list[int], classes: list[str], class_of, excluded: set[int] = frozenset(),
+            scores: dict | None = None) -> list[int]:
+        candidates = [i for i in fused if i not in excluded]
+        if not classes and scores is not None and self.spread > 1:
+            return self._spread(candidates, class_of, scores)[: self.single]
+        if len(classes) < 2:
+            return candidates[: self.single]
+        queues = {name: [i for i in candidates if class_of(i) == name][: self.per_class] for name in classes}
+        adopted: list[int] = []
+        for round_no in range(self.per_class):
+            for name in classes:
+                if round_no < len(queues[name]):
+                    adopted.append(queues[name][round_no])
+        return adopted
+
+    def _spread(self, candidates: list[int], class_of, scores: dict) -> list[int]:
+        """Rank classes by the summed score of their best chunks, then lead with each top class's best.
+
+        With no class named, the evidence usually sits in one class; showing the best chunk of the few
+        strongest classes first keeps one near-duplicate class from filling the window.
+        """
+        by_class: dict[str, list[int]] = {}
+        for i in candidates:
+            by_class.setdefault(class_of(i), []).append(i)
+        ranked = sorted(by_class, key=lambda c: -sum(scores[i] for i in by_class[c][: self.class_evidence]))
+        lead = [by_class[c][0] for c in ranked[: self.spread]]
+        return lead + [i for i in candidates if i not in lead]

@@ -1,0 +1,192 @@
+"""Chunk (E2): split pages at `###` into members; split long members again with overlap."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .text import sha1
+from .types import Chunk, SourceDocument
+
+LATIN_NAME_RE = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*(?:[ .][A-Za-z_$][A-Za-z0-9_$]*)*")
+PARENS_RE = re.compile(r"[（(]([^（）()]*)[）)]")
+MEMBER_RE = re.compile(r"^\s*\.?\s*((?:[A-Za-z_$][\w$]*\.)*[A-Za-z_$][\w$]*)\s*(?=$|[(\[:<]|\s+[(:\[]|\s*$)")
+FENCE_RE = re.compile(r"^\s{0,3}(```|~~~)")
+
+
+def class_name_of(title: str) -> str:
+    """Return the structured class name of a page title.
+
+    `透视相机（PerspectiveCamera）` -> `PerspectiveCamera`; `光线投射Raycaster` -> `Raycaster`;
+    `多细节层次（LOD，Levels of Detail）` -> `LOD`; a title without a Latin name is its own class name.
+    """
+    for inner in PARENS_RE.findall(title):
+        head = re.split(r"[，,;；]", inner)[0].strip()
+        if re.search(r"[A-Za-z]", head):
+            match = LATIN_NAME_RE.search(head)
+            if match:
+                return match.group(0).strip()
+    if re.search(r"[\u3400-\u9fff]", title):
+        names = [m.group(0) for m in LATIN_NAME_RE.finditer(title)]
+        if names:
+            return max(names, key=len).strip()
+    return title.strip()
+
+
+def class_alias_of(title: str, class_name: str) -> str:
+    """Return the rest of the title once the Latin name is taken out: `透视相机（PerspectiveCamera）` -> `透视相机`."""
+    alias = PARENS_RE.sub(lambda m: "" if class_name in m.group(1) else m.group(0), title)
+    alias = alias.replace(class_name, "").strip(" （）()-·:：")
+    return alias if alias and alias != class_name else ""
+
+
+def member_of(heading: str) -> str:
+    """Return the identifier of a `###` heading: `.setPixelRatio ( value : number ) : undefined` -> `setPixelRatio`."""
+    match = MEMBER_RE.match(heading)
+    if not match:
+        return ""
+    return match.group(1).split(".")[-1]
+
+
+@dataclass(frozen=True, slots=True)
+class _Section:
+    h2: str
+    h3: str
+    text: str
+
+
+def _sections(markdown: str) -> tuple[str, list[_Section]]:
+    """Cut a page into the text before the first `###`, then one section per `###` (or later `##`)."""
+    title = ""
+    h2 = ""
+    sections: list[_Section] = []
+    current: list[str] = []
+    current_h2, current_h3 = "", ""
+    seen_h3 = False
+    in_code = False
+
+    def close() -> None:
+        text = "\n".join(current).strip()
+        if text:
+            sections.append(_Section(current_h2, current_h3, text))
+
+    for line in markdown.splitlines():
+        if FENCE_RE.match(line):
+            in_code = not in_code
+        elif not in_code:
+            if line.startswith("# ") and not title:
+                title = line[2:].strip()
+            elif line.startswith("### "):
+                close()
+                seen_h3 = True
+                current, current_h2, current_h3 = [], h2, line[4:].strip()
+            elif line.startswith("## "):
+                h2 = line[3:].strip()
+                if seen_h3:
+                    close()
+                    current, current_h2, current_h3 = [], h2, ""
+        current.append(line)
+    close()
+    return title, sections
+
+
+def _line_starts(text: str) -> tuple[list[int], set[int]]:
+    """Return every line start and the subset that is not inside a fenced code block."""
+    starts, outside = [], set()
+    in_code = False
+    offset = 0
+    for line in text.splitlines(keepends=True):
+        starts.append(offset)
+        if not in_code:
+            outside.add(offset)
+        if FENCE_RE.match(line):
+            in_code = not in_code
+            if not in_code:
+                outside.add(offset + len(line))  # just after a closing fence
+        offset += len(line)
+    outside.add(len(text))
+    return starts, outside
+
+
+def split_text(text: str, *, max_chars: int = 800, overlap: int = 200) -> list[str]:
+    """Split text into pieces of at most max_chars, neighbours sharing about `overlap` characters.
+
+    Cuts fall on line starts, outside fenced code wherever such a cut exists in the window; a line
+    longer than the window is cut hard. 800/200 are the spec's numbers (seed 001).
+    """
+    if len(text) <= max_chars:
+        return [text]
+    starts, outside = _line_starts(text)
+    cuts = sorted(set(starts) | outside)
+    pieces: list[str] = []
+    start = 0
+    while start < len(text):
+        limit = start + max_chars
+        if limit >= len(text):
+            pieces.append(_balanced(text[start:], opens_in_code=start not in outside, closes_in_code=False))
+            break
+        floor = start + max_chars // 3
+        window = [c for c in cuts if floor < c <= limit]
+        preferred = [c for c in window if c in outside]
+        end = max(preferred) if preferred else (max(window) if window else limit)
+        pieces.append(_balanced(text[start:end], opens_in_code=start not in outside, closes_in_code=end not in outside))
+        target = end - overlap
+        back = [c for c in cuts if start < c <= target]
+        back_outside = [c for c in back if c in outside]
+        if back_outside and target - max(back_outside) < overlap:
+            start = max(back_outside)
+        elif back:
+            start = max(back)
+        else:
+            start = max(target, start + 1)
+    return [p.strip("\n") for p in pieces if p.strip()]
+
+
+def _balanced(piece: str, *, opens_in_code: bool, closes_in_code: bool) -> str:
+    """Reopen or close a code fence that a cut went through, so each piece renders on its own."""
+    if opens_in_code:
+        piece = "```\n" + piece
+    if closes_in_code:
+        piece = piece.rstrip("\n") + "\n```"
+    return piece
+
+
+def _has_body(text: str) -> bool:
+    return any(line.strip() and not line.startswith("#") for line in text.splitlines())
+
+
+@dataclass
+class Chunker:
+    """Turn a page into chunks: the text before the first `###`, then one chunk per member piece."""
+
+    max_chars: int = 800
+    overlap: int = 200
+
+    def run(self, document: SourceDocument) -> list[Chunk]:
+        title, sections = _sections(document.text)
+        title = title or document.title
+        class_name = class_name_of(title)
+        class_alias = class_alias_of(title, class_name)
+        chunks: list[Chunk] = []
+        for section in sections:
+            if not _has_body(section.text):
+                continue
+            member = member_of(section.h3) if section.h3 else ""
+            path = tuple(p for p in (title, section.h2, section.h3) if p)
+            for part, piece in enumerate(split_text(section.text, max_chars=self.max_chars, overlap=self.overlap)):
+                index = len(chunks)
+                chunks.append(
+                    Chunk(
+                        chunk_id=sha1(f"{document.path}\n{index}\n{piece}")[:16],
+                        source=document.path,
+                        title=title,
+                        class_name=class_name,
+                        class_alias=class_alias,
+                        member=member,
+                        heading_path=path,
+                        chunk_index=index,
+                        part=part,
+                        text=piece,
+                    )
+                )
+        return chunks

