@@ -5,18 +5,13 @@ import sys
 
 
 def main():
-    """Run administrative tasks."""
-    os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'ragsite.settings')
-    try:
-        from django.core.management import execute_from_command_line
-    except ImportError as exc:
-        raise ImportError(
-            "Couldn't import Django. Are you sure it's installed and "
-            "available on your PYTHONPATH environment variable? Did you "
-            "forget to activate a virtual environment?"
-        ) from exc
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ragsite.settings")
+    # One BLAS thread: numpy's matrix products must not compete with the embedder's threads.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    from django.core.management import execute_from_command_line
+
     execute_from_command_line(sys.argv)
 
 
-if __name__ == '__main__':
+if __name__ == "__main__":
     main()

@@ -90,6 +90,23 @@ def kb_sync_documents(kb: KnowledgeBase, documents: list[SourceDocument]) -> int
     return changed
 
 
+def corpus_hash(documents: list[SourceDocument]) -> str:
+    return sha1("\n".join(f"{d.path}:{d.content_hash}" for d in documents))
+
+
+def index_unchanged_version(kb: KnowledgeBase) -> IndexVersion | None:
+    """Return the active version when the source folder and embedding model are exactly as it was built."""
+    active = kb.active_version
+    store = get_engine().store
+    if active is None or active.model_id != get_engine().embedder.model_id or not store.exists(kb.slug, active.name):
+        return None
+    try:
+        documents = read_folder(Path(kb.source_dir))
+    except IngestError:
+        return None
+    return active if corpus_hash(documents) == active.corpus_hash else None
+
+
 def _new_version_name() -> str:
     return timezone.now().strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
 
@@ -114,7 +131,7 @@ def index_build(kb: KnowledgeBase, *, progress=None, activate: bool = True) -> I
     version = IndexVersion.objects.create(
         kb=kb, name=_new_version_name(), model_id=engine.embedder.model_id,
         document_count=len(documents),
-        corpus_hash=sha1("\n".join(f"{d.path}:{d.content_hash}" for d in documents)),
+        corpus_hash=corpus_hash(documents),
         document_hashes={d.path: d.content_hash for d in documents},
     )
     try:

@@ -1,3 +1,29 @@
+from django.db import connection
+from django.http import JsonResponse
 from django.shortcuts import render
 
-# Create your views here.
+from rag.errors import ServiceError
+from rag.models import KnowledgeBase
+from rag.services import search
+from rag.shapes import search_as_dict
+
+
+def home(request):
+    """List the knowledge bases and search one of them (server-rendered; the chat page replaces it)."""
+    knowledge_bases = list(KnowledgeBase.objects.select_related("active_version"))
+    question = request.GET.get("q", "").strip()
+    kb = request.GET.get("kb") or (knowledge_bases[0].slug if knowledge_bases else "")
+    context = {"knowledge_bases": knowledge_bases, "question": question, "kb": kb}
+    if question:
+        try:
+            context["result"] = search_as_dict(search(kb=kb, question=question), kb=kb, question=question, top_k=None)
+        except ServiceError as exc:
+            context["error"] = exc
+    return render(request, "home.html", context)
+
+
+def healthz(request):
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+    ready = KnowledgeBase.objects.filter(active_version__isnull=False).count()
+    return JsonResponse({"ok": True, "knowledge_bases_ready": ready})

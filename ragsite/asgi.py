@@ -1,16 +1,16 @@
-"""
-ASGI config for ragsite project.
-
-It exposes the ASGI callable as a module-level variable named ``application``.
-
-For more information on this file, see
-https://docs.djangoproject.com/en/5.2/howto/deployment/asgi/
-"""
+"""ASGI entry point: Django over HTTP, Channels for WebSockets (served by Daphne)."""
 
 import os
 
-from django.core.asgi import get_asgi_application
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ragsite.settings")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'ragsite.settings')
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from django.core.asgi import get_asgi_application  # noqa: E402
 
-application = get_asgi_application()
+django_application = get_asgi_application()
+
+application = ProtocolTypeRouter({
+    "http": django_application,
+    "websocket": URLRouter([]),
+})

@@ -143,4 +143,5 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": env_str("DJANGO_LOG_LEVEL", default="INFO")},
+    "loggers": {"bm25s": {"level": "WARNING"}, "jieba": {"level": "WARNING"}},
 }

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-os.environ.setdefault("LANCE_LOG", "error")
+os.environ.setdefault("LANCEDB_LOG", "error")  # LanceDB warns on every new table
 
 from .catalog import Catalog  # noqa: E402
 from .probes import PROBES  # noqa: E402

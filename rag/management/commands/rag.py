@@ -1,0 +1,230 @@
+"""`python manage.py rag status|search|context|read|reindex`, with `--json` in the shapes of seed 000."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from rag.errors import ServiceError
+from rag.models import KnowledgeBase
+from rag.services import MAX_TOP_K, index_build, index_unchanged_version, kb_ensure, read_source, search
+from rag.shapes import context_text, search_as_dict, sources_of
+
+
+class Progress:
+    """A progress bar on stderr: redrawn in place on a terminal, a line every 10% otherwise."""
+
+    def __init__(self, label: str, stream=None):
+        self.label = label
+        self.stream = stream or sys.stderr
+        self.tty = self.stream.isatty()
+        self.last = -1
+        self.started = time.monotonic()
+
+    def __call__(self, done: int, total: int) -> None:
+        if total <= 0:
+            return
+        percent = int(done * 100 / total)
+        if self.tty:
+            filled = percent // 4
+            rate = done / max(time.monotonic() - self.started, 1e-6)
+            self.stream.write(f"\r{self.label} [{'#' * filled}{'.' * (25 - filled)}] {done}/{total} ({rate:.1f}/s)")
+            if done >= total:
+                self.stream.write("\n")
+        elif percent // 10 != self.last // 10 or done >= total:
+            self.stream.write(f"{self.label}: {done}/{total} ({percent}%)\n")
+        self.last = percent
+        self.stream.flush()
+
+
+class Command(BaseCommand):
+    help = "Search, read and reindex knowledge bases (status, search, context, read, reindex)."
+
+    def add_arguments(self, parser):
+        sub = parser.add_subparsers(dest="action", required=True)
+        for name in ("status", "search", "context", "read", "reindex"):
+            p = sub.add_parser(name, help=f"rag {name}")
+            p.add_argument("--kb", default=None, help="knowledge base slug (default: RAG_DEFAULT_KB)")
+            p.add_argument("--json", action="store_true", help="print JSON for programs and agents")
+            if name in ("search", "context"):
+                p.add_argument("question", help="the question; '-' reads one question per line from stdin")
+                p.add_argument("--top-k", type=int, default=None, help=f"results for a single-class question (1-{MAX_TOP_K}, default 5)")
+                p.add_argument("--mode", default="hybrid", choices=["hybrid", "vector", "bm25"])
+                p.add_argument("--exclude", action="append", default=[], help="a chunk id to leave out (repeatable)")
+            if name == "read":
+                p.add_argument("source", help="page path relative to the knowledge base")
+            if name == "reindex":
+                p.add_argument("--source", default=None, help="source folder (creates the knowledge base if needed)")
+                p.add_argument("--language", default=None, help="zh, en or mixed (when creating)")
+                p.add_argument("--if-changed", action="store_true", help="skip the build when nothing changed")
+
+    def handle(self, *args, **options):
+        action = options["action"]
+        self.as_json = options["json"]
+        kb = options["kb"] or settings.RAG_DEFAULT_KB
+        try:
+            if action == "search" and options["question"] == "-":
+                return self._batch(kb, options)
+            payload = getattr(self, f"_{action}")(kb, options)
+        except ServiceError as exc:
+            self._fail(exc.message, exc.code)
+        self._emit(action, payload)
+
+    # -- output --------------------------------------------------------------------------------------
+
+    def _emit(self, action: str, payload: dict, *, human=None) -> None:
+        if self.as_json:
+            self.stdout.write(json.dumps({"ok": True, "command": action, **payload}, ensure_ascii=False))
+        else:
+            self.stdout.write(getattr(self, f"_human_{action}")(payload))
+
+    def _fail(self, message: str, code: str) -> None:
+        if self.as_json:
+            self.stdout.write(json.dumps({"ok": False, "error": message, "code": code}, ensure_ascii=False))
+            sys.exit(1)
+        raise CommandError(f"{message} [{code}]")
+
+    # -- commands ------------------------------------------------------------------------------------
+
+    def _status(self, kb: str, options) -> dict:
+        config = settings.RAG_ENGINE
+        knowledge_base = KnowledgeBase.objects.select_related("active_version").filter(slug=kb).first()
+        active = knowledge_base.active_version if knowledge_base else None
+        from rag.pipeline import get_engine
+
+        index_exists = bool(active) and get_engine().store.exists(kb, active.name)
+        database = settings.DATABASES["default"]
+        db_exists = Path(database["NAME"]).exists() if database["ENGINE"].endswith("sqlite3") else True
+        return {
+            "project_root": str(settings.BASE_DIR),
+            "notes_dir": knowledge_base.source_dir if knowledge_base else "",
+            "index_dir": config["INDEX_DIR"],
+            "db_exists": db_exists,
+            "nodes_file_exists": index_exists,
+            "deepseek_api_key_configured": bool(config["GENERATION_BASE_URL"]),
+            "deepseek_model": config["GENERATION_MODEL"],
+            "markdown_note_count": knowledge_base.documents.count() if knowledge_base else 0,
+            "index_node_count": active.chunk_count if active else 0,
+            "kb": kb,
+            "kb_exists": knowledge_base is not None,
+            "active_version": active.name if active else None,
+            "embedding_model": active.model_id if active else None,
+            "lancedb_uri": config["LANCEDB_URI"],
+            "knowledge_bases": [
+                {"slug": k.slug, "active_version": k.active_version.name if k.active_version else None,
+                 "documents": k.documents.count(),
+                 "chunks": k.active_version.chunk_count if k.active_version else 0}
+                for k in KnowledgeBase.objects.select_related("active_version")
+            ],
+        }
+
+    def _search(self, kb: str, options) -> dict:
+        question = options["question"]
+        result = search(kb=kb, question=question, mode=options["mode"], top_k=options["top_k"],
+                        exclude=options["exclude"])
+        return search_as_dict(result, kb=kb, question=question, top_k=options["top_k"])
+
+    def _batch(self, kb: str, options) -> None:
+        """Answer one question per stdin line with one JSON object per line, in order."""
+        for line in sys.stdin:
+            question = line.rstrip("\n")
+            if not question.strip():
+                continue
+            try:
+                result = search(kb=kb, question=question, mode=options["mode"], top_k=options["top_k"],
+                                exclude=options["exclude"])
+                payload = {"ok": True, "command": "search",
+                           **search_as_dict(result, kb=kb, question=question, top_k=options["top_k"])}
+            except ServiceError as exc:
+                payload = {"ok": False, "command": "search", "question": question, "error": exc.message,
+                           "code": exc.code}
+            self.stdout.write(json.dumps(payload, ensure_ascii=False))
+            self.stdout.flush()
+
+    def _context(self, kb: str, options) -> dict:
+        question = options["question"]
+        result = search(kb=kb, question=question, mode=options["mode"], top_k=options["top_k"],
+                        exclude=options["exclude"])
+        return {
+            "question": question,
+            "mode": result.mode,
+            "top_k": options["top_k"] or 5,
+            "context": context_text(result),
+            "sources": sources_of(result),
+            "kb": kb,
+            "version": result.version,
+            "plan": result.plan.as_dict(),
+        }
+
+    def _read(self, kb: str, options) -> dict:
+        return {"source": options["source"], "content": read_source(kb=kb, source=options["source"]), "kb": kb}
+
+    def _reindex(self, kb: str, options) -> dict:
+        started = time.perf_counter()
+        source = options["source"]
+        if source is None and kb == settings.RAG_DEFAULT_KB and not KnowledgeBase.objects.filter(slug=kb).exists():
+            source = settings.RAG_DEFAULT_KB_SOURCE
+        knowledge_base = kb_ensure(slug=kb, source_dir=source, language=options["language"])
+        version = None
+        unchanged = False
+        if options["if_changed"]:
+            version = index_unchanged_version(knowledge_base)
+            unchanged = version is not None
+        if version is None:
+            version = index_build(knowledge_base, progress=Progress("embedding"))
+        return {
+            "synced_notes": version.document_count,
+            "indexed_nodes": version.chunk_count,
+            "duration_seconds": round(time.perf_counter() - started, 3),
+            "kb": kb,
+            "version": version.name,
+            "chunks_embedded": 0 if unchanged else version.chunks_embedded,
+            "chunks_reused": version.chunk_count if unchanged else version.chunks_reused,
+            "unchanged": unchanged,
+        }
+
+    # -- human-readable output ----------------------------------------------------------------------
+
+    def _human_status(self, p: dict) -> str:
+        lines = [f"project   {p['project_root']}", f"index     {p['index_dir']}",
+                 f"generation {'configured: ' + p['deepseek_model'] if p['deepseek_api_key_configured'] else 'not configured (extractive answers)'}"]
+        for k in p["knowledge_bases"]:
+            lines.append(f"kb {k['slug']:<16} version {k['active_version'] or '-':<26} {k['documents']} docs, {k['chunks']} chunks")
+        if not p["knowledge_bases"]:
+            lines.append("no knowledge base yet: run `python manage.py rag reindex`")
+        return "\n".join(lines)
+
+    def _human_search(self, p: dict) -> str:
+        plan = p["plan"]
+        head = f"{p['kb']}@{p['version']} · {plan['kind']}"
+        if plan["classes"]:
+            head += " · classes " + ", ".join(plan["classes"])
+        if plan["corrections"]:
+            head += " · corrected " + ", ".join(f"{c['from']}→{c['to']}" for c in plan["corrections"])
+        lines = [head, f"{p['timings_ms'].get('total', 0):.1f} ms"]
+        if not p["results"]:
+            lines.append(plan["reason"] or "no results")
+        for n, r in enumerate(p["results"], start=1):
+            lines.append(f"\n[{n}] {r['class_name']}{'.' + r['member'] if r['member'] else ''}  ({r['source']}, score {r['score']:.4f})")
+            lines.append("    " + r["heading_path"])
+            lines.extend("    " + line for line in r["content"].splitlines()[:8])
+        return "\n".join(lines)
+
+    def _human_context(self, p: dict) -> str:
+        return p["context"] or "(no evidence)"
+
+    def _human_read(self, p: dict) -> str:
+        return p["content"]
+
+    def _human_reindex(self, p: dict) -> str:
+        if p["unchanged"]:
+            return f"{p['kb']}: nothing changed, version {p['version']} stays active"
+        return (f"{p['kb']}: version {p['version']} active · {p['synced_notes']} documents · {p['indexed_nodes']} chunks "
+                f"({p['chunks_embedded']} embedded, {p['chunks_reused']} reused) in {p['duration_seconds']:.1f} s")
+
+

@@ -1,0 +1,33 @@
+"""The Celery application. With no broker configured it uses a filesystem broker under RAG_DATA_DIR."""
+
+import os
+from pathlib import Path
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ragsite.settings")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+app = Celery("ragsite")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+
+
+def _embedded_broker() -> None:
+    from django.conf import settings
+
+    if settings.CELERY_BROKER_URL:
+        return
+    folder = Path(settings.DATA_DIR) / "celery" / "queue"
+    (Path(settings.DATA_DIR) / "celery" / "processed").mkdir(parents=True, exist_ok=True)
+    folder.mkdir(parents=True, exist_ok=True)
+    app.conf.broker_url = "filesystem://"
+    app.conf.broker_transport_options = {
+        "data_folder_in": str(folder),
+        "data_folder_out": str(folder),
+        "processed_folder": str(Path(settings.DATA_DIR) / "celery" / "processed"),
+        "store_processed": False,
+    }
+
+
+_embedded_broker()
+app.autodiscover_tasks()
