@@ -1,8 +1,14 @@
-"""Test settings: the normal settings, a fast password hasher and eager Celery tasks."""
+"""Test settings: every piece of state in a fresh temporary data directory, fast hashing, eager tasks."""
 
-from .settings import *  # noqa: F401,F403
+import os
+import tempfile
+
+os.environ.setdefault("RAG_DATA_DIR", tempfile.mkdtemp(prefix="rag-test-"))
+
+from .settings import *  # noqa: E402,F401,F403
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 CELERY_TASK_ALWAYS_EAGER = True
 CELERY_TASK_EAGER_PROPAGATES = True
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+STORAGES = {"staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"}}
