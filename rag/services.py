@@ -11,7 +11,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from rag.engine.chunk import Chunker
+from rag.engine.chunk import chunk_documents
 from rag.engine.index import IndexError_
 from rag.engine.ingest import IngestError, read_folder
 from rag.engine.search import MODES
@@ -135,13 +135,10 @@ def index_build(kb: KnowledgeBase, *, progress=None, activate: bool = True) -> I
         document_hashes={d.path: d.content_hash for d in documents},
     )
     try:
-        chunker = Chunker()
-        chunks = []
-        counts = {}
-        for document in documents:
-            document_chunks = chunker.run(document)
-            counts[document.path] = len(document_chunks)
-            chunks.extend(document_chunks)
+        chunks = chunk_documents(documents)
+        counts: dict[str, int] = {}
+        for chunk in chunks:
+            counts[chunk.source] = counts.get(chunk.source, 0) + 1
         report = engine.store.build(kb.slug, version.name, chunks, engine.embedder, progress=progress)
     except (IndexError_, Exception) as exc:  # noqa: BLE001 - any failure must leave the active version as it was
         log.exception("index build of %s failed", kb.slug)

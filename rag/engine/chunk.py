@@ -155,12 +155,69 @@ def _has_body(text: str) -> bool:
     return any(line.strip() and not line.startswith("#") for line in text.splitlines())
 
 
+def _boilerplate_key(line: str) -> str:
+    """A line with its names and numbers blanked, so `src/math/Box3.js` and `src/core/Clock.js` compare equal."""
+    line = re.sub(r"[A-Za-z_$][\w$]*", "X", line.strip())
+    return re.sub(r"\s+", " ", re.sub(r"[0-9]+", "0", line))
+
+
+def _prose_lines(text: str):
+    """Yield the lines of a text that are neither headings nor inside fenced code."""
+    in_code = False
+    for line in text.splitlines():
+        if FENCE_RE.match(line):
+            in_code = not in_code
+        elif not in_code and line.strip() and not line.startswith("#"):
+            yield line
+
+
+def _is_content_key(key: str) -> bool:
+    """A line shape with at least a few real characters besides blanked names and punctuation."""
+    return len(re.sub(r"[X0\s.,;:/·—–\-()（）。，]", "", key)) >= 4
+
+
+def find_boilerplate(documents: list[SourceDocument], *, min_pages: int = 10, min_share: float = 0.03) -> frozenset[str]:
+    """Return the line shapes repeated on many pages: footers, "see the base class" notes, source paths.
+
+    A section made only of such lines carries no answer; a page-specific line never qualifies.
+    """
+    if not documents:
+        return frozenset()
+    threshold = max(min_pages, int(min_share * len(documents)))
+    counts: dict[str, int] = {}
+    for document in documents:
+        for key in {_boilerplate_key(line) for line in _prose_lines(document.text)}:
+            counts[key] = counts.get(key, 0) + 1
+    return frozenset(key for key, count in counts.items() if count >= threshold)
+
+
 @dataclass
 class Chunker:
     """Turn a page into chunks: the text before the first `###`, then one chunk per member piece."""
 
     max_chars: int = 800
     overlap: int = 200
+    boilerplate: frozenset[str] = frozenset()  # from find_boilerplate() over the whole corpus
+    min_note_chars: int = 40  # a headed section without a member shorter than this is a pointer, not an answer
+
+    def _is_boilerplate(self, text: str) -> bool:
+        """A section with no code that only points elsewhere: every prose line repeats across the corpus
+        (footers, source paths), or the whole note is shorter than `min_note_chars` ("see the base class")."""
+        if any(FENCE_RE.match(line) for line in text.splitlines()):
+            return False
+        lines = list(_prose_lines(text))
+        if sum(len(line.strip()) for line in lines) < self.min_note_chars:
+            return True
+        return bool(lines) and all(_boilerplate_key(line) in self.boilerplate for line in lines)
+
+    def _strip_footer(self, text: str) -> str:
+        """Drop repeated prose lines (a copyright footer, say) from the end of a page's last section."""
+        lines = text.splitlines()
+        while lines and (not lines[-1].strip() or (
+                not lines[-1].startswith(("#", "```", "~~~")) and _is_content_key(_boilerplate_key(lines[-1]))
+                and _boilerplate_key(lines[-1]) in self.boilerplate)):
+            lines.pop()
+        return "\n".join(lines)
 
     def run(self, document: SourceDocument) -> list[Chunk]:
         title, sections = _sections(document.text)
@@ -168,8 +225,11 @@ class Chunker:
         class_name = class_name_of(title)
         class_alias = class_alias_of(title, class_name)
         chunks: list[Chunk] = []
+        if sections and self.boilerplate and len(sections) > 1:
+            last = sections[-1]
+            sections[-1] = _Section(last.h2, last.h3, self._strip_footer(last.text))
         for section in sections:
-            if not _has_body(section.text):
+            if not _has_body(section.text) or (not section.h3 and section.h2 and self._is_boilerplate(section.text)):
                 continue
             member = member_of(section.h3) if section.h3 else ""
             path = tuple(p for p in (title, section.h2, section.h3) if p)
@@ -190,3 +250,9 @@ class Chunker:
                     )
                 )
         return chunks
+
+
+def chunk_documents(documents: list[SourceDocument], *, max_chars: int = 800, overlap: int = 200) -> list[Chunk]:
+    """Chunk a whole corpus: find its boilerplate first, then cut every page."""
+    chunker = Chunker(max_chars=max_chars, overlap=overlap, boilerplate=find_boilerplate(documents))
+    return [chunk for document in documents for chunk in chunker.run(document)]

@@ -16,6 +16,8 @@ from .catalog import Catalog
 from .text import HAN_RE, IDENTIFIER_RE, STOPWORDS, tokenize
 from .types import Plan
 
+# Asking how to construct or configure a new instance points at the constructor (`### ClassName(...)`).
+CONSTRUCTOR_RE = re.compile(r"构造|创建|新建|实例化|\bnew\b|constructor|instantiat|\bcreat", re.IGNORECASE)
 TOKEN_RE = re.compile(r"\.?[A-Za-z_$][A-Za-z0-9_$]*(?:\.[A-Za-z_$][A-Za-z0-9_$]*)*(?:\s*\(\s*\))?")
 
 
@@ -128,6 +130,11 @@ class Planner:
                 corrections.append((token, corrected))
             elif looks_like_api(token):
                 unknown.append(token)
+
+        if CONSTRUCTOR_RE.search(question):
+            for name in classes:
+                if name in self.catalog.classes[name]["members"]:
+                    add(members, name)
 
         corrected_question = question
         for wrong, right in corrections:

