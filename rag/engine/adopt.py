@@ -20,7 +20,12 @@ class Adopter:
         candidates = [i for i in fused if i not in excluded]
         if not classes and scores is not None and self.spread > 1:
             return self._spread(candidates, class_of, scores)[: self.single]
-        if len(classes) < 2:
+        if len(classes) == 1:
+            # The named class leads: its best `per_class` chunks first, then the best of the rest.
+            own = [i for i in candidates if class_of(i) == classes[0]][: self.per_class]
+            rest = [i for i in candidates if i not in own]
+            return (own + rest)[: self.single]
+        if not classes:
             return candidates[: self.single]
         queues = {name: [i for i in candidates if class_of(i) == name][: self.per_class] for name in classes}
         adopted: list[int] = []

@@ -48,6 +48,20 @@ def member_of(heading: str) -> str:
     return match.group(1).split(".")[-1]
 
 
+SUMMARY_CHARS = 80
+
+
+def page_summary(preamble: str) -> str:
+    """Return the first descriptive sentence of a page (after the title and any `>` note), cut short."""
+    for line in _prose_lines(preamble):
+        line = line.strip()
+        if line.startswith((">", "|", "-", "*")) or not re.search(r"[\w\u3400-\u9fff]{4}", line):
+            continue
+        sentence = re.split(r"(?<=[。！？.!?])\s", line)[0]
+        return sentence[:SUMMARY_CHARS]
+    return ""
+
+
 @dataclass(frozen=True, slots=True)
 class _Section:
     h2: str
@@ -224,6 +238,7 @@ class Chunker:
         title = title or document.title
         class_name = class_name_of(title)
         class_alias = class_alias_of(title, class_name)
+        summary = page_summary(sections[0].text) if sections and not sections[0].h3 and not sections[0].h2 else ""
         chunks: list[Chunk] = []
         if sections and self.boilerplate and len(sections) > 1:
             last = sections[-1]
@@ -247,6 +262,7 @@ class Chunker:
                         chunk_index=index,
                         part=part,
                         text=piece,
+                        summary=summary,
                     )
                 )
         return chunks

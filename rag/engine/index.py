@@ -81,6 +81,7 @@ def _chunk_table(chunks: list[Chunk], vectors: np.ndarray):
             "chunk_index": pa.array([c.chunk_index for c in chunks], pa.int32()),
             "part": pa.array([c.part for c in chunks], pa.int32()),
             "text": [c.text for c in chunks],
+            "summary": [c.summary for c in chunks],
             "text_hash": [c.text_hash for c in chunks],
             "vector": pa.FixedSizeListArray.from_arrays(pa.array(vectors.ravel(), pa.float32()), dimension),
         }
@@ -101,6 +102,7 @@ def _chunks_from_arrow(table) -> list[Chunk]:
             chunk_index=columns["chunk_index"][i],
             part=columns["part"][i],
             text=columns["text"][i],
+            summary=columns["summary"][i] if "summary" in columns else "",
         )
         for i in range(table.num_rows)
     ]
@@ -113,18 +115,21 @@ class EmbeddingCache:
     uri: str
 
     def lookup(self, model_id: str, hashes: list[str]) -> dict[str, np.ndarray]:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
         db = _connect(self.uri)
         if not _table_exists(db, EMBEDDING_CACHE_TABLE):
             return {}
         table = db.open_table(EMBEDDING_CACHE_TABLE).to_arrow()
-        wanted = set(hashes)
-        models = table.column("model_id").to_pylist()
-        keys = table.column("text_hash").to_pylist()
-        rows = [i for i, (m, k) in enumerate(zip(models, keys)) if m == model_id and k in wanted]
-        if not rows:
+        wanted = pc.and_(pc.equal(table.column("model_id"), model_id),
+                         pc.is_in(table.column("text_hash"), value_set=pa.array(sorted(set(hashes)))))
+        found = table.filter(wanted)
+        if found.num_rows == 0:
             return {}
-        vectors = table.column("vector").take(rows).combine_chunks().flatten().to_numpy().reshape(len(rows), -1)
-        return {keys[i]: vectors[j] for j, i in enumerate(rows)}
+        keys = found.column("text_hash").to_pylist()
+        vectors = found.column("vector").combine_chunks().flatten().to_numpy().reshape(found.num_rows, -1)
+        return dict(zip(keys, vectors))
 
     def store(self, model_id: str, hashes: list[str], vectors: np.ndarray) -> None:
         import pyarrow as pa

@@ -19,6 +19,9 @@ from .text import tokenize
 from .types import Hit, Plan, Ranking, SearchResult
 
 MAX_BM25_ROUTES = 6  # seed 001: BM25 runs at most 6 routes
+# RRF weight per route kind. Within a named class the vector ranking orders members best; the whole-question
+# BM25 route mostly re-ranks a named class by chunk length (its name is in every chunk), so it counts half.
+ROUTE_WEIGHTS = {"dense:class": 2.0, "bm25:question": 0.5}
 MODES = ("hybrid", "vector", "bm25")
 
 
@@ -111,7 +114,8 @@ class Searcher:
             timings["bm25"] += _ms(t0)
 
         t0 = time.perf_counter()
-        fused = rrf_fuse(lists)
+        weights = [ROUTE_WEIGHTS.get(":".join(r.name.split(":")[:2]), 1.0) for r in rankings]
+        fused = rrf_fuse(lists, weights=weights)
         timings["fuse"] = _ms(t0)
 
         t0 = time.perf_counter()

@@ -29,6 +29,7 @@ class Chunk:
     chunk_index: int  # position within its page
     part: int  # 0 for the first (or only) piece of a section
     text: str  # the section text shown to users (heading line included)
+    summary: str = ""  # the page's first descriptive sentence, indexed with every member of the page
 
     @property
     def text_hash(self) -> str:
@@ -42,6 +43,8 @@ class Chunk:
         names = " ".join(n for n in (self.class_alias, self.class_name) if n)
         path = " > ".join(self.heading_path[1:])
         head = f"{names} | {path}" if path else names
+        if self.summary and self.heading_path[1:]:
+            head = f"{head}\n{self.summary}"
         return f"{head}\n{self.text}"
 
 

@@ -1,0 +1,51 @@
+"""Fixtures of the rag app's Django-level tests: a knowledge base built from a copy of the fixture corpus.
+
+Index versions are files under the test RAG_DATA_DIR (shared by the whole session, so the embedding
+cache there makes every build after the first fast); their rows live in the test database, so each
+test builds its own version: the rows and the files always agree.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from rag.pipeline import get_engine, reset_engine
+
+
+def make_kb(source_dir, slug: str = "sdk"):
+    from rag.services import kb_ensure
+
+    return kb_ensure(slug=slug, source_dir=str(source_dir))
+
+
+def make_built_kb(source_dir, slug: str = "sdk"):
+    from rag.services import index_build
+
+    kb = make_kb(source_dir, slug=slug)
+    index_build(kb)
+    kb.refresh_from_db()
+    return kb
+
+
+@pytest.fixture
+def built_kb(db, corpus_copy):
+    """The knowledge base `sdk` over a writable copy of the fixture corpus, with one active version."""
+    return make_built_kb(corpus_copy)
+
+
+@pytest.fixture
+def engine():
+    return get_engine()
+
+
+@pytest.fixture
+def engine_settings(settings):
+    """Change settings.RAG_ENGINE for one test: `engine_settings(KEEP_VERSIONS=2)`; the engine is rebuilt."""
+
+    def change(**values):
+        settings.RAG_ENGINE = {**settings.RAG_ENGINE, **values}
+        reset_engine()
+
+    reset_engine()
+    yield change
+    reset_engine()

@@ -1,0 +1,239 @@
+"""`manage.py rag ...`: the JSON shapes of seed 000 plus our added keys, errors, batch mode, safe `read`."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from rag.tests.conftest import make_kb
+
+pytestmark = pytest.mark.django_db
+
+# The keys seed 000 promises, then the keys we add.
+STATUS_KEYS = {"ok", "command", "project_root", "notes_dir", "index_dir", "db_exists", "nodes_file_exists",
+               "deepseek_api_key_configured", "deepseek_model", "markdown_note_count", "index_node_count"}
+STATUS_ADDED = {"kb", "kb_exists", "active_version", "embedding_model", "lancedb_uri", "knowledge_bases"}
+SEARCH_KEYS = {"ok", "command", "question", "mode", "top_k", "results"}
+SEARCH_ADDED = {"kb", "version", "plan", "excluded", "timings_ms"}
+RESULT_KEYS = {"source", "title", "heading_path", "chunk_index", "score", "raw_score", "metadata", "content"}
+RESULT_ADDED = {"chunk_id", "class_name", "member"}
+CONTEXT_KEYS = {"ok", "command", "question", "mode", "top_k", "context", "sources"}
+CONTEXT_ADDED = {"kb", "version", "plan"}
+READ_KEYS = {"ok", "command", "source", "content"}
+READ_ADDED = {"kb"}
+REINDEX_KEYS = {"ok", "command", "synced_notes", "indexed_nodes", "duration_seconds"}
+REINDEX_ADDED = {"kb", "version", "chunks_embedded", "chunks_reused", "unchanged"}
+ERROR_KEYS = {"ok", "error"}
+ERROR_ADDED = {"code"}
+
+
+def run_rag(*args: str) -> str:
+    out = io.StringIO()
+    call_command("rag", *args, stdout=out)
+    return out.getvalue()
+
+
+def run_json(*args: str) -> dict:
+    return json.loads(run_rag(*args, "--json"))
+
+
+def run_json_failure(*args: str) -> dict:
+    out = io.StringIO()
+    with pytest.raises(SystemExit) as raised:
+        call_command("rag", *args, "--json", stdout=out)
+    assert raised.value.code == 1
+    return json.loads(out.getvalue())
+
+
+# -- status ------------------------------------------------------------------------------------------
+
+
+def test_status_json_has_the_seed_shape(built_kb):
+    payload = run_json("status", "--kb", "sdk")
+
+    assert set(payload) == STATUS_KEYS | STATUS_ADDED
+    assert (payload["ok"], payload["command"], payload["kb"], payload["kb_exists"]) == (True, "status", "sdk", True)
+    assert payload["notes_dir"] == built_kb.source_dir
+    assert payload["nodes_file_exists"] is True
+    assert payload["markdown_note_count"] == 9
+    assert payload["index_node_count"] == built_kb.active_version.chunk_count
+    assert payload["active_version"] == built_kb.active_version.name
+    assert isinstance(payload["db_exists"], bool) and isinstance(payload["deepseek_api_key_configured"], bool)
+    assert payload["knowledge_bases"] == [{"slug": "sdk", "active_version": built_kb.active_version.name,
+                                           "documents": 9, "chunks": built_kb.active_version.chunk_count}]
+
+
+def test_status_of_a_missing_knowledge_base_reports_nothing_built(db):
+    payload = run_json("status", "--kb", "sdk")
+
+    assert set(payload) == STATUS_KEYS | STATUS_ADDED
+    assert (payload["kb_exists"], payload["nodes_file_exists"], payload["index_node_count"]) == (False, False, 0)
+    assert payload["knowledge_bases"] == []
+
+
+def test_status_prints_a_human_summary(built_kb):
+    text = run_rag("status", "--kb", "sdk")
+
+    assert "kb sdk" in text and built_kb.active_version.name in text
+
+
+# -- search and context ------------------------------------------------------------------------------
+
+
+def test_search_json_has_the_seed_shape_plus_chunk_class_member_plan_and_timings(built_kb):
+    payload = run_json("search", "--kb", "sdk", "PerspectiveCamera 的 fov 默认是多少")
+
+    first = payload["results"][0]
+    assert set(payload) == SEARCH_KEYS | SEARCH_ADDED
+    assert (payload["ok"], payload["command"], payload["mode"], payload["top_k"]) == (True, "search", "hybrid", 5)
+    assert (payload["question"], payload["kb"]) == ("PerspectiveCamera 的 fov 默认是多少", "sdk")
+    assert payload["version"] == built_kb.active_version.name
+    assert len(payload["results"]) == 5
+    assert all(set(r) == RESULT_KEYS | RESULT_ADDED for r in payload["results"])
+    assert (first["class_name"], first["member"], first["source"]) == ("PerspectiveCamera", "fov", "PerspectiveCamera.md")
+    assert (first["title"], first["heading_path"]) == ("透视相机（PerspectiveCamera）", "属性 > .fov : Float")
+    assert first["metadata"] == {"h1": "透视相机（PerspectiveCamera）", "h2": "属性", "h3": ".fov : Float",
+                                 "kb": "sdk", "version": payload["version"], "part": 0}
+    assert first["content"].startswith("### .fov : Float")
+    assert isinstance(first["score"], float) and isinstance(first["raw_score"], float)
+    assert payload["plan"]["classes"] == ["PerspectiveCamera"] and payload["plan"]["kind"] == "doc"
+    assert {"plan", "total"} <= set(payload["timings_ms"])
+
+
+def test_search_options_reach_the_engine(built_kb):
+    first = run_json("search", "--kb", "sdk", "PerspectiveCamera 的 fov")["results"][0]["chunk_id"]
+
+    payload = run_json("search", "--kb", "sdk", "PerspectiveCamera 的 fov", "--top-k", "2", "--mode", "bm25",
+                       "--exclude", first)
+
+    assert (payload["top_k"], payload["mode"], payload["excluded"]) == (2, "bm25", [first])
+    assert len(payload["results"]) == 2
+    assert first not in [r["chunk_id"] for r in payload["results"]]
+
+
+def test_a_chitchat_search_returns_no_results(built_kb):
+    payload = run_json("search", "--kb", "sdk", "今天中午吃什么好")
+
+    assert (payload["ok"], payload["results"], payload["plan"]["kind"]) == (True, [], "chitchat")
+
+
+def test_search_prints_a_human_summary(built_kb):
+    text = run_rag("search", "--kb", "sdk", "PerspectiveCamera 的 fov 默认是多少")
+
+    assert "[1] PerspectiveCamera.fov" in text
+
+
+def test_context_json_has_the_seed_shape(built_kb):
+    payload = run_json("context", "--kb", "sdk", "Raycaster 的 intersectObjects 返回什么")
+
+    assert set(payload) == CONTEXT_KEYS | CONTEXT_ADDED
+    assert (payload["ok"], payload["command"], payload["top_k"]) == (True, "context", 5)
+    assert payload["context"].startswith("[1] 来源: 光线投射Raycaster · ")
+    assert "\n文件: Raycaster.md\n标题: 光线投射Raycaster\n标题路径: " in payload["context"]
+    assert "\n\n---\n" in payload["context"]
+    assert payload["sources"][0] == "Raycaster.md"
+    assert len(payload["sources"]) == len(set(payload["sources"]))
+
+
+def test_batch_search_prints_one_json_object_per_line_in_order(built_kb, monkeypatch):
+    questions = ["PerspectiveCamera 的 fov", "今天中午吃什么好", "雾" * 2001, "Fog 的颜色"]
+    monkeypatch.setattr("sys.stdin", io.StringIO("\n".join(questions[:2]) + "\n\n" + "\n".join(questions[2:]) + "\n"))
+
+    lines = run_rag("search", "--kb", "sdk", "-").splitlines()
+
+    payloads = [json.loads(line) for line in lines]
+    assert [p["question"] for p in payloads] == questions
+    assert [p["ok"] for p in payloads] == [True, True, False, True]
+    assert payloads[2] == {"ok": False, "command": "search", "question": questions[2],
+                           "error": payloads[2]["error"], "code": "question_too_long"}
+    assert all(set(p) == SEARCH_KEYS | SEARCH_ADDED for p in payloads if p["ok"])
+    assert payloads[3]["results"][0]["class_name"] == "Fog"
+
+
+# -- read --------------------------------------------------------------------------------------------
+
+
+def test_read_json_returns_the_page(built_kb, corpus_copy):
+    payload = run_json("read", "--kb", "sdk", "html/Light.html")
+
+    assert set(payload) == READ_KEYS | READ_ADDED
+    assert (payload["ok"], payload["command"], payload["source"]) == (True, "read", "html/Light.html")
+    assert payload["content"] == (corpus_copy / "html" / "Light.html").read_text(encoding="utf-8")
+
+
+def test_read_refuses_paths_leading_outside_the_knowledge_base(corpus_copy, tmp_path):
+    make_kb(corpus_copy)
+    (tmp_path / "secret.md").write_text("# 机密\n", encoding="utf-8")
+    os.symlink(tmp_path / "secret.md", corpus_copy / "Secret.md")
+
+    refusals = [run_json_failure("read", "--kb", "sdk", source)
+                for source in ("../secret.md", "html/../../secret.md", str(corpus_copy / "Fog.md"), "Secret.md")]
+
+    assert all(r["ok"] is False and r["code"] == "source_outside_kb" for r in refusals)
+    assert not any("机密" in json.dumps(r, ensure_ascii=False) for r in refusals)
+
+
+def test_read_of_a_missing_page_is_not_found(corpus_copy):
+    make_kb(corpus_copy)
+
+    assert run_json_failure("read", "--kb", "sdk", "Nope.md")["code"] == "source_not_found"
+
+
+# -- reindex -----------------------------------------------------------------------------------------
+
+
+def test_reindex_json_creates_builds_and_reports(db, corpus_copy):
+    payload = run_json("reindex", "--kb", "sdk", "--source", str(corpus_copy))
+
+    assert set(payload) == REINDEX_KEYS | REINDEX_ADDED
+    assert (payload["ok"], payload["command"], payload["kb"], payload["unchanged"]) == (True, "reindex", "sdk", False)
+    assert payload["synced_notes"] == 9
+    assert payload["indexed_nodes"] == payload["chunks_embedded"] + payload["chunks_reused"] > 0
+    assert isinstance(payload["duration_seconds"], float)
+    assert run_json("status", "--kb", "sdk")["active_version"] == payload["version"]
+
+
+def test_reindex_if_changed_skips_an_unchanged_source(built_kb):
+    payload = run_json("reindex", "--kb", "sdk", "--if-changed")
+
+    assert set(payload) == REINDEX_KEYS | REINDEX_ADDED
+    assert payload["unchanged"] is True
+    assert payload["version"] == built_kb.active_version.name
+    assert (payload["chunks_embedded"], payload["chunks_reused"]) == (0, payload["indexed_nodes"])
+
+
+def test_reindex_prints_a_human_summary(built_kb):
+    text = run_rag("reindex", "--kb", "sdk")
+
+    assert "sdk: version " in text and "0 embedded" in text
+
+
+# -- errors ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args, code",
+    [
+        (("search", "--kb", "nope", "Fog"), "kb_not_found"),
+        (("search", "--kb", "sdk", "Fog", "--top-k", "0"), "invalid_top_k"),
+        (("search", "--kb", "sdk", "   "), "invalid_question"),
+        (("context", "--kb", "nope", "Fog"), "kb_not_found"),
+        (("reindex", "--kb", "nope"), "kb_not_found"),
+        (("reindex", "--kb", "sdk", "--source", "/no/such/folder"), "source_not_found"),
+    ],
+)
+def test_json_errors_have_the_seed_shape(built_kb, args, code):
+    payload = run_json_failure(*args)
+
+    assert set(payload) == ERROR_KEYS | ERROR_ADDED
+    assert (payload["ok"], payload["code"]) == (False, code)
+    assert payload["error"]
+
+
+def test_errors_without_json_raise_a_command_error(db):
+    with pytest.raises(CommandError, match="kb_not_found"):
+        run_rag("search", "--kb", "nope", "Fog")

@@ -1,0 +1,265 @@
+"""Retrieval (E5), fusion and adoption (E6) on the fixture corpus built with the real embedder."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from rag.engine.adopt import Adopter
+from rag.engine.embed import QueryVectorCache
+from rag.engine.fuse import RRF_K, rrf_fuse
+from rag.engine.index import VersionReader
+from rag.engine.plan import Planner
+from rag.engine.search import MAX_BM25_ROUTES, Searcher
+
+STAGES = {"plan", "bm25", "embed", "embed_cached", "dense", "fuse", "adopt", "total"}
+
+
+@pytest.fixture(scope="module")
+def reader(built_index) -> VersionReader:
+    return VersionReader.open(built_index.store, built_index.kb, built_index.version)
+
+
+def make_searcher(reader, embedder, **kwargs) -> Searcher:
+    return Searcher(reader=reader, queries=QueryVectorCache(embedder), planner=Planner(reader.catalog), **kwargs)
+
+
+def classes_of(result) -> list[str]:
+    return [h.chunk.class_name for h in result.hits]
+
+
+def bm25_routes(result) -> list[str]:
+    return [r.name for r in result.rankings if r.name.startswith("bm25")]
+
+
+# -- reciprocal rank fusion --------------------------------------------------------------------------
+
+
+def test_rrf_scores_are_summed_reciprocal_ranks_with_k_60():
+    fused = dict(rrf_fuse([[1, 2], [2, 3]]))
+
+    assert RRF_K == 60
+    assert fused == pytest.approx({1: 1 / 61, 2: 1 / 62 + 1 / 61, 3: 1 / 62})
+
+
+def test_items_in_several_rankings_outrank_items_in_one():
+    fused = rrf_fuse([[10, 20, 30], [30, 40], [50, 30]])
+
+    assert [item for item, _ in fused][0] == 30
+
+
+def test_rrf_ties_break_on_rank_then_ranking_order():
+    assert [item for item, _ in rrf_fuse([[7], [3]])] == [7, 3]
+    assert [item for item, _ in rrf_fuse([[3], [7]])] == [3, 7]
+    assert [item for item, _ in rrf_fuse([[5, 6], [6, 5]])] == [5, 6]
+
+
+def test_rrf_weights_scale_a_ranking():
+    fused = rrf_fuse([[1], [2]], weights=[1.0, 2.0])
+
+    assert fused == [(2, pytest.approx(2 / 61)), (1, pytest.approx(1 / 61))]
+
+
+def test_rrf_of_no_rankings_is_empty():
+    assert rrf_fuse([]) == []
+
+
+# -- adoption ----------------------------------------------------------------------------------------
+
+
+def make_class_of(classes: dict[int, str]):
+    return lambda i: classes[i]
+
+
+def test_a_single_class_question_adopts_5_led_by_the_best_3_of_its_class():
+    class_of = make_class_of({i: "A" if i % 2 else "B" for i in range(10)})
+
+    adopted = Adopter().run(list(range(10)), ["A"], class_of)
+
+    assert adopted == [1, 3, 5, 0, 2]
+
+
+def test_a_single_class_question_adopts_the_top_5_when_its_class_leads_anyway():
+    class_of = make_class_of({i: "A" if i < 6 else "B" for i in range(10)})
+
+    adopted = Adopter().run(list(range(10)), ["A"], class_of)
+
+    assert adopted == [0, 1, 2, 3, 4]
+
+
+def test_a_multi_class_question_adopts_at_most_3_per_class_in_turn():
+    class_of = make_class_of({0: "A", 1: "A", 2: "A", 3: "A", 4: "A", 5: "B", 6: "B", 7: "B", 8: "B", 9: "C"})
+
+    adopted = Adopter().run(list(range(10)), ["B", "A"], class_of)
+
+    assert adopted == [5, 0, 6, 1, 7, 2]
+
+
+def test_a_class_with_fewer_chunks_leaves_its_turns_empty():
+    class_of = make_class_of({0: "A", 1: "A", 2: "A", 3: "B"})
+
+    adopted = Adopter().run([0, 1, 2, 3], ["A", "B"], class_of)
+
+    assert adopted == [0, 3, 1, 2]
+
+
+def test_excluded_chunks_are_removed_before_adopting():
+    class_of = make_class_of({i: "A" if i < 5 else "B" for i in range(10)})
+
+    single = Adopter().run(list(range(10)), ["A"], class_of, excluded={0, 2})
+    multi = Adopter().run(list(range(10)), ["A", "B"], class_of, excluded={0, 5})
+
+    assert single == [1, 3, 4, 5, 6]  # A's best three are 1, 3, 4 once 0 and 2 are gone
+    assert multi == [1, 6, 2, 7, 3, 8]
+
+
+def test_a_class_less_question_leads_with_the_best_chunk_of_the_strongest_classes():
+    class_of = make_class_of({0: "A", 1: "A", 2: "A", 3: "A", 4: "B", 5: "C", 6: "A"})
+    scores = {0: 0.9, 1: 0.8, 2: 0.7, 3: 0.6, 4: 0.5, 5: 0.4, 6: 0.3}
+
+    adopted = Adopter().run(list(range(7)), [], class_of, scores=scores)
+
+    assert adopted == [0, 4, 5, 1, 2]
+
+
+def test_a_class_less_question_without_scores_adopts_the_top_5():
+    class_of = make_class_of({i: "A" for i in range(8)})
+
+    assert Adopter().run(list(range(8)), [], class_of) == [0, 1, 2, 3, 4]
+
+
+# -- searching the fixture index ---------------------------------------------------------------------
+
+
+def test_a_question_naming_a_class_returns_that_class(reader, counting_embedder):
+    result = make_searcher(reader, counting_embedder).run("PerspectiveCamera 的 fov 默认是多少")
+
+    assert result.plan.kind == "doc"
+    assert len(result.hits) == 5
+    assert set(classes_of(result)) == {"PerspectiveCamera"}
+    assert result.hits[0].chunk.member == "fov"
+    assert [h.rank for h in result.hits] == [1, 2, 3, 4, 5]
+    assert result.version == "v1"
+
+
+def test_a_chinese_alias_question_finds_its_class(reader, counting_embedder):
+    result = make_searcher(reader, counting_embedder).run("纹理怎么重复平铺")
+
+    assert result.plan.hinted_classes == ("Texture",)
+    assert result.hits[0].chunk.class_name == "Texture"
+
+
+def test_a_typo_question_is_searched_as_corrected(reader, counting_embedder):
+    result = make_searcher(reader, counting_embedder).run("PerspectivCamera 的 near 是多少")
+
+    assert counting_embedder.query_calls == ["PerspectiveCamera 的 near 是多少"]
+    assert (result.hits[0].chunk.class_name, result.hits[0].chunk.member) == ("PerspectiveCamera", "near")
+
+
+def test_a_multi_class_question_adopts_from_both_classes(reader, counting_embedder):
+    result = make_searcher(reader, counting_embedder).run("PerspectiveCamera 和 OrbitControls 的区别")
+
+    assert result.plan.classes == ("PerspectiveCamera", "OrbitControls")
+    assert classes_of(result) == ["PerspectiveCamera", "OrbitControls"] * 3
+
+
+def test_a_chitchat_question_comes_back_empty(reader, counting_embedder):
+    result = make_searcher(reader, counting_embedder).run("今天中午吃什么好")
+
+    assert (result.plan.kind, result.hits) == ("chitchat", ())
+    assert result.plan.reason
+
+
+def test_an_unknown_class_comes_back_empty_without_embedding(reader, counting_embedder):
+    result = make_searcher(reader, counting_embedder).run("ArcRotateCamera 怎么用")
+
+    assert (result.plan.kind, result.hits, result.rankings) == ("out_of_catalog", (), ())
+    assert counting_embedder.query_calls == []
+
+
+def test_an_excluded_chunk_is_never_returned(reader, counting_embedder):
+    searcher = make_searcher(reader, counting_embedder)
+    first = searcher.run("PerspectiveCamera 的 fov 默认是多少")
+    excluded = first.hits[0].chunk.chunk_id
+
+    again = searcher.run("PerspectiveCamera 的 fov 默认是多少", exclude=[excluded, "no-such-chunk"])
+
+    assert excluded not in [h.chunk.chunk_id for h in again.hits]
+    assert again.excluded == (excluded,)
+    assert len(again.hits) == 5
+
+
+def test_top_k_changes_how_many_a_single_class_question_adopts(reader, counting_embedder):
+    result = make_searcher(reader, counting_embedder).run("PerspectiveCamera 的 fov", top_k=2)
+
+    assert len(result.hits) == 2
+
+
+def test_an_identical_question_reuses_the_query_vector(reader, counting_embedder):
+    searcher = make_searcher(reader, counting_embedder)
+
+    first = searcher.run("怎么让轨道控制器停下来慢一点")
+    second = searcher.run("怎么让轨道控制器停下来慢一点")
+
+    assert len(counting_embedder.query_calls) == 1
+    assert (searcher.queries.hits, searcher.queries.misses) == (1, 1)
+    assert (first.timings_ms["embed_cached"], second.timings_ms["embed_cached"]) == (False, True)
+    assert [h.chunk.chunk_id for h in first.hits] == [h.chunk.chunk_id for h in second.hits]
+
+
+def test_every_stage_is_timed(reader, counting_embedder):
+    result = make_searcher(reader, counting_embedder).run("WebGLRenderer 的 setPixelRatio 怎么用")
+
+    assert set(result.timings_ms) == STAGES
+    assert all(result.timings_ms[s] >= 0 for s in STAGES - {"embed_cached"})
+
+
+def test_at_most_6_bm25_routes_run(reader, counting_embedder):
+    question = "PerspectiveCamera OrbitControls WebGLRenderer Fog Texture Raycaster Color 的 near far fov"
+
+    result = make_searcher(reader, counting_embedder).run(question)
+
+    assert len(result.plan.classes) == 7
+    assert len(bm25_routes(result)) == MAX_BM25_ROUTES == 6
+    assert bm25_routes(result)[0] == "bm25:question"
+
+
+def test_a_member_question_gets_a_member_route(reader, counting_embedder):
+    result = make_searcher(reader, counting_embedder).run("WebGLRenderer 的 setPixelRatio 怎么用")
+
+    assert "bm25:member:setPixelRatio" in bm25_routes(result)
+    assert (result.hits[0].chunk.class_name, result.hits[0].chunk.member) == ("WebGLRenderer", "setPixelRatio")
+
+
+def test_a_version_above_the_in_memory_limit_is_searched_through_lancedb(built_index, counting_embedder):
+    store = dataclasses.replace(built_index.store, ann_min_vectors=10)
+    reader = VersionReader.open(store, built_index.kb, built_index.version)
+
+    result = make_searcher(reader, counting_embedder).run("PerspectiveCamera 的 fov 默认是多少")
+
+    assert reader.vectors is None
+    assert "dense" in [r.name for r in result.rankings]
+    assert set(classes_of(result)) == {"PerspectiveCamera"}
+    assert result.hits[0].chunk.member == "fov"
+
+
+@pytest.mark.parametrize("mode", ["vector", "bm25"])
+def test_single_route_modes_still_find_the_class(reader, counting_embedder, mode):
+    result = make_searcher(reader, counting_embedder).run("Raycaster 的 intersectObjects 返回什么", mode=mode)
+
+    assert result.mode == mode
+    assert result.hits[0].chunk.class_name == "Raycaster"
+    assert all(r.name.startswith("dense") for r in result.rankings) == (mode == "vector")
+    assert all(r.name.startswith("bm25") for r in result.rankings) == (mode == "bm25")
+
+
+def test_bm25_mode_does_not_embed_a_question_that_names_a_class(reader, counting_embedder):
+    make_searcher(reader, counting_embedder).run("Raycaster 的 intersectObjects", mode="bm25")
+
+    assert counting_embedder.query_calls == []
+
+
+def test_an_unknown_mode_is_refused(reader, counting_embedder):
+    with pytest.raises(ValueError):
+        make_searcher(reader, counting_embedder).run("Fog", mode="fuzzy")

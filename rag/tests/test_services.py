@@ -1,0 +1,296 @@
+"""Knowledge base services: ingest, build, activate and prune versions, search and its validation."""
+
+from __future__ import annotations
+
+import pytest
+
+from rag.engine.ingest import read_folder
+from rag.errors import ServiceError
+from rag.models import ClassAlias, Document, IndexVersion, KnowledgeBase
+from rag.services import (
+    MAX_QUESTION_CHARS,
+    index_activate,
+    index_build,
+    index_prune,
+    index_unchanged_version,
+    kb_ensure,
+    kb_sync_documents,
+    search,
+)
+from rag.tests.conftest import make_kb
+
+pytestmark = pytest.mark.django_db
+
+Status = IndexVersion.Status
+
+
+def document_rows(kb) -> dict:
+    return {d.path: (d.content_hash, d.changed_at) for d in kb.documents.all()}
+
+
+def row_counts() -> tuple:
+    return tuple(model.objects.count() for model in (KnowledgeBase, Document, IndexVersion, ClassAlias))
+
+
+def append_to(source_dir, path: str, text: str) -> None:
+    page = source_dir / path
+    page.write_text(page.read_text(encoding="utf-8") + text, encoding="utf-8")
+
+
+def version_files_exist(engine, kb, version) -> bool:
+    return engine.store.exists(kb.slug, version.name) or engine.store.version_dir(kb.slug, version.name).exists()
+
+
+# -- building ----------------------------------------------------------------------------------------
+
+
+def test_index_build_creates_a_ready_active_version_with_document_rows(built_kb, corpus_copy, engine):
+    version = built_kb.active_version
+
+    documents = read_folder(corpus_copy)
+
+    assert version.status == Status.READY
+    assert (version.document_count, version.dimension) == (len(documents), 384)
+    assert version.model_id == engine.embedder.model_id
+    assert version.built_at is not None and version.activated_at is not None
+    assert engine.store.exists("sdk", version.name)
+    assert sorted(built_kb.documents.values_list("path", flat=True)) == sorted(d.path for d in documents)
+    assert sum(built_kb.documents.values_list("chunk_count", flat=True)) == version.chunk_count
+    assert engine.reader("sdk", version.name).count == version.chunk_count
+    assert version.chunks_embedded + version.chunks_reused == version.chunk_count
+
+
+def test_reingesting_unchanged_files_changes_no_document_row(built_kb):
+    before = document_rows(built_kb)
+
+    second = index_build(built_kb)
+
+    assert document_rows(built_kb) == before
+    assert (second.chunks_embedded, second.chunks_reused) == (0, second.chunk_count)
+
+
+def test_a_changed_file_changes_only_its_document_row(built_kb, corpus_copy):
+    before = document_rows(built_kb)
+    append_to(corpus_copy, "Fog.md", "\n雾不会影响透明物体之外的任何设置。\n")
+
+    version = index_build(built_kb)
+
+    after = document_rows(built_kb)
+    assert {path for path in before if before[path] != after[path]} == {"Fog.md"}
+    assert after["Fog.md"][1] > before["Fog.md"][1]
+    assert version.chunks_embedded == 1
+
+
+def test_a_removed_file_removes_its_document_row(built_kb, corpus_copy):
+    (corpus_copy / "Clock.md").unlink()
+
+    index_build(built_kb)
+
+    assert not built_kb.documents.filter(path="Clock.md").exists()
+
+
+def test_syncing_the_same_documents_twice_reports_no_change(built_kb, corpus_copy):
+    documents = read_folder(corpus_copy)
+
+    assert kb_sync_documents(built_kb, documents) == 0
+
+
+def test_building_seven_times_keeps_the_five_newest_ready_versions(built_kb, engine):
+    for _ in range(6):
+        index_build(built_kb)
+
+    versions = list(built_kb.versions.order_by("-created_at", "-id"))
+    built_kb.refresh_from_db()
+    assert [v.status for v in versions] == [Status.READY] * 5 + [Status.DELETED] * 2
+    assert built_kb.active_version == versions[0]
+    assert all(engine.store.exists("sdk", v.name) for v in versions[:5])
+    assert not any(version_files_exist(engine, built_kb, v) for v in versions[5:])
+
+
+def test_keep_versions_comes_from_settings(built_kb, engine_settings):
+    engine_settings(KEEP_VERSIONS=2)
+
+    index_build(built_kb)
+    index_build(built_kb)
+
+    assert list(built_kb.versions.values_list("status", flat=True)) == [Status.READY, Status.READY, Status.DELETED]
+
+
+def test_pruning_never_deletes_the_active_version(built_kb, engine):
+    first = built_kb.active_version
+    newer = index_build(built_kb, activate=False)
+    index_activate(first)
+
+    removed = index_prune(built_kb, keep=1)
+
+    built_kb.refresh_from_db()
+    assert removed == []
+    assert built_kb.active_version == first
+    assert engine.store.exists("sdk", first.name) and engine.store.exists("sdk", newer.name)
+
+
+def test_a_failed_build_leaves_the_active_version_active(built_kb, engine, monkeypatch):
+    active = built_kb.active_version
+
+    def build_fails(*args, **kwargs):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(engine.store, "build", build_fails)
+
+    with pytest.raises(ServiceError) as raised:
+        index_build(built_kb)
+
+    failed = built_kb.versions.exclude(pk=active.pk).get()
+    built_kb.refresh_from_db()
+    assert (raised.value.code, raised.value.status) == ("index_build_failed", 500)
+    assert (failed.status, failed.error) == (Status.FAILED, "RuntimeError: disk full")
+    assert built_kb.active_version == active
+    assert search(kb="sdk", question="PerspectiveCamera 的 fov").version == active.name
+
+
+def test_an_empty_source_folder_fails_the_build_and_keeps_the_active_version(built_kb, corpus_copy):
+    active = built_kb.active_version
+    for page in [*corpus_copy.glob("*.md"), *corpus_copy.glob("html/*")]:
+        page.unlink()
+
+    with pytest.raises(ServiceError) as raised:
+        index_build(built_kb)
+
+    built_kb.refresh_from_db()
+    assert raised.value.code == "source_empty"
+    assert built_kb.active_version == active
+    assert list(built_kb.versions.all()) == [active]
+
+
+def test_a_build_is_refused_while_another_runs(built_kb):
+    IndexVersion.objects.create(kb=built_kb, name="running", model_id="m")
+
+    with pytest.raises(ServiceError) as raised:
+        index_build(built_kb)
+
+    assert (raised.value.code, raised.value.status) == ("index_build_running", 409)
+
+
+def test_a_search_during_a_build_uses_the_old_version(built_kb, corpus_copy):
+    old = built_kb.active_version
+    append_to(corpus_copy, "PerspectiveCamera.md", "\n相机的近裁剪面不要设得太小，否则会出现深度冲突。\n")
+    seen = []
+
+    def progress(done, total):
+        seen.append(search(kb="sdk", question="PerspectiveCamera 的 near").version)
+
+    new = index_build(built_kb, progress=progress)
+
+    built_kb.refresh_from_db()
+    assert seen and set(seen) == {old.name}
+    assert built_kb.active_version == new != old
+    assert search(kb="sdk", question="PerspectiveCamera 的 near").version == new.name
+
+
+# -- unchanged sources -------------------------------------------------------------------------------
+
+
+def test_index_unchanged_version_returns_the_active_version_when_nothing_changed(built_kb):
+    assert index_unchanged_version(built_kb) == built_kb.active_version
+
+
+def test_index_unchanged_version_is_none_after_a_file_changes(built_kb, corpus_copy):
+    append_to(corpus_copy, "Texture.md", "\n补充一句。\n")
+
+    assert index_unchanged_version(built_kb) is None
+
+
+def test_index_unchanged_version_is_none_without_an_active_version(corpus_copy):
+    kb = make_kb(corpus_copy)
+
+    assert index_unchanged_version(kb) is None
+
+
+# -- knowledge bases ---------------------------------------------------------------------------------
+
+
+def test_kb_ensure_creates_a_knowledge_base_once(corpus_copy):
+    first = kb_ensure(slug="sdk", source_dir=str(corpus_copy))
+
+    again = kb_ensure(slug="sdk")
+
+    assert first == again
+    assert (again.source_dir, again.language) == (str(corpus_copy.resolve()), "mixed")
+
+
+@pytest.mark.parametrize(
+    "slug, source, code",
+    [("Not A Slug", "corpus", "invalid_kb_slug"), ("", "corpus", "invalid_kb_slug"), ("new-kb", None, "kb_not_found"),
+     ("new-kb", "missing", "source_not_found")],
+)
+def test_kb_ensure_refuses_bad_input(tmp_path, slug, source, code):
+    (tmp_path / "corpus").mkdir()
+
+    with pytest.raises(ServiceError) as raised:
+        kb_ensure(slug=slug, source_dir=str(tmp_path / source) if source else None)
+
+    assert raised.value.code == code
+    assert row_counts() == (0, 0, 0, 0)
+
+
+# -- searching ---------------------------------------------------------------------------------------
+
+
+def test_search_answers_from_the_active_version(built_kb):
+    result = search(kb="sdk", question="PerspectiveCamera 的 fov 默认是多少")
+
+    assert result.version == built_kb.active_version.name
+    assert result.hits[0].chunk.class_name == "PerspectiveCamera"
+
+
+def test_search_can_name_a_ready_version(built_kb):
+    old = built_kb.active_version
+    index_build(built_kb)
+
+    result = search(kb="sdk", question="Fog 的颜色", version=old.name)
+
+    assert result.version == old.name
+
+
+def test_search_uses_the_editable_alias_table(built_kb):
+    ClassAlias.objects.create(kb=built_kb, alias="相机", class_name="PerspectiveCamera")
+    ClassAlias.objects.create(kb=None, alias="控制器", class_name="OrbitControls")
+
+    result = search(kb="sdk", question="相机和控制器怎么配合")
+
+    assert set(result.plan.hinted_classes) == {"PerspectiveCamera", "OrbitControls"}
+
+
+@pytest.mark.parametrize(
+    "changes, code",
+    [
+        ({"question": ""}, "invalid_question"),
+        ({"question": "   "}, "invalid_question"),
+        ({"question": None}, "invalid_question"),
+        ({"question": "雾" * (MAX_QUESTION_CHARS + 1)}, "question_too_long"),
+        ({"mode": "fuzzy"}, "invalid_mode"),
+        ({"top_k": 0}, "invalid_top_k"),
+        ({"top_k": 51}, "invalid_top_k"),
+        ({"top_k": True}, "invalid_top_k"),
+        ({"top_k": "5"}, "invalid_top_k"),
+        ({"kb": "nope"}, "kb_not_found"),
+        ({"version": "nope"}, "version_not_found"),
+    ],
+)
+def test_search_validation_errors_have_stable_codes_and_create_nothing(built_kb, changes, code):
+    before = row_counts()
+
+    with pytest.raises(ServiceError) as raised:
+        search(**{"kb": "sdk", "question": "Fog 的颜色", **changes})
+
+    assert raised.value.code == code
+    assert row_counts() == before
+
+
+def test_search_of_a_knowledge_base_without_an_index_is_refused(corpus_copy):
+    make_kb(corpus_copy)
+
+    with pytest.raises(ServiceError) as raised:
+        search(kb="sdk", question="Fog 的颜色")
+
+    assert (raised.value.code, raised.value.status) == ("no_active_version", 409)
