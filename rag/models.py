@@ -60,6 +60,7 @@ class IndexVersion(models.Model):
     timings = models.JSONField(default=dict, blank=True)
     error = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True, help_text="Last sign of life of a running build")
     built_at = models.DateTimeField(null=True, blank=True)
     activated_at = models.DateTimeField(null=True, blank=True)
 

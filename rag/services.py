@@ -25,7 +25,8 @@ log = logging.getLogger(__name__)
 
 MAX_QUESTION_CHARS = 2000
 MAX_TOP_K = 50
-STALE_BUILD_SECONDS = 6 * 3600
+STALE_BUILD_SECONDS = 600  # a build silent this long died with its process (it beats every few seconds)
+HEARTBEAT_SECONDS = 15
 
 
 def kb_get(slug: str) -> KnowledgeBase:
@@ -117,8 +118,8 @@ def index_build(kb: KnowledgeBase, *, progress=None, activate: bool = True) -> I
     A failed build is recorded as failed and leaves the active version untouched.
     """
     started = time.perf_counter()
-    if kb.versions.filter(status=IndexVersion.Status.BUILDING,
-                          created_at__gt=timezone.now() - timezone.timedelta(seconds=STALE_BUILD_SECONDS)).exists():
+    _fail_abandoned_builds(kb)
+    if kb.versions.filter(status=IndexVersion.Status.BUILDING).exists():
         raise ServiceError("index_build_running", f"A build of {kb.slug} is already running.", status=409)
     try:
         documents = read_folder(Path(kb.source_dir))
@@ -139,7 +140,8 @@ def index_build(kb: KnowledgeBase, *, progress=None, activate: bool = True) -> I
         counts: dict[str, int] = {}
         for chunk in chunks:
             counts[chunk.source] = counts.get(chunk.source, 0) + 1
-        report = engine.store.build(kb.slug, version.name, chunks, engine.embedder, progress=progress)
+        report = engine.store.build(kb.slug, version.name, chunks, engine.embedder,
+                                    progress=_with_heartbeat(version, progress))
     except (IndexError_, Exception) as exc:  # noqa: BLE001 - any failure must leave the active version as it was
         log.exception("index build of %s failed", kb.slug)
         version.status = IndexVersion.Status.FAILED
@@ -162,6 +164,32 @@ def index_build(kb: KnowledgeBase, *, progress=None, activate: bool = True) -> I
     if activate:
         index_activate(version)
     return version
+
+
+def _fail_abandoned_builds(kb: KnowledgeBase) -> None:
+    """Mark builds that stopped beating (their worker died) as failed, so they block nothing."""
+    cutoff = timezone.now() - timezone.timedelta(seconds=STALE_BUILD_SECONDS)
+    for version in kb.versions.filter(status=IndexVersion.Status.BUILDING):
+        if (version.heartbeat_at or version.created_at) < cutoff:
+            version.status = IndexVersion.Status.FAILED
+            version.error = "abandoned: the build stopped reporting progress (its process ended)"
+            version.save(update_fields=["status", "error"])
+            get_engine().store.delete(kb.slug, version.name)
+
+
+def _with_heartbeat(version: IndexVersion, progress):
+    """Wrap a progress callback so the running build records a heartbeat every few seconds."""
+    last = [0.0]
+
+    def beat(done: int, total: int) -> None:
+        now = time.monotonic()
+        if now - last[0] >= HEARTBEAT_SECONDS or done >= total:
+            last[0] = now
+            IndexVersion.objects.filter(pk=version.pk).update(heartbeat_at=timezone.now())
+        if progress:
+            progress(done, total)
+
+    return beat
 
 
 def index_activate(version: IndexVersion) -> None:

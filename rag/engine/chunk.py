@@ -104,46 +104,62 @@ def _sections(markdown: str) -> tuple[str, list[_Section]]:
     return title, sections
 
 
-def _line_starts(text: str) -> tuple[list[int], set[int]]:
-    """Return every line start and the subset that is not inside a fenced code block."""
-    starts, outside = [], set()
-    in_code = False
+def _layout(text: str) -> tuple[list[int], set[int], list[tuple[int, int]]]:
+    """Return every line start, the line starts outside fenced code, and the code spans (open, close)."""
+    starts, outside, spans = [], set(), []
+    opened = None
     offset = 0
     for line in text.splitlines(keepends=True):
         starts.append(offset)
-        if not in_code:
+        if opened is None:
             outside.add(offset)
         if FENCE_RE.match(line):
-            in_code = not in_code
-            if not in_code:
+            if opened is None:
+                opened = offset
+            else:
+                spans.append((opened, offset + len(line)))
                 outside.add(offset + len(line))  # just after a closing fence
+                opened = None
         offset += len(line)
+    if opened is not None:
+        spans.append((opened, len(text)))
     outside.add(len(text))
-    return starts, outside
+    return starts, outside, spans
 
 
 def split_text(text: str, *, max_chars: int = 800, overlap: int = 200) -> list[str]:
     """Split text into pieces of at most max_chars, neighbours sharing about `overlap` characters.
 
     Cuts fall on line starts, outside fenced code wherever such a cut exists in the window; a line
-    longer than the window is cut hard. 800/200 are the spec's numbers (seed 001).
+    longer than the window is cut hard. A piece cut inside code gets its fence reopened or closed, and
+    the window leaves room for that. 800/200 are the spec's numbers (seed 001).
     """
     if len(text) <= max_chars:
         return [text]
-    starts, outside = _line_starts(text)
+    starts, outside, spans = _layout(text)
+
+    def in_code(position: int) -> bool:
+        return any(open_at < position < close_at for open_at, close_at in spans)
+
+    fence = len("```\n")
     cuts = sorted(set(starts) | outside)
     pieces: list[str] = []
     start = 0
     while start < len(text):
-        limit = start + max_chars
+        opens = in_code(start)
+        limit = start + max_chars - (fence if opens else 0)
         if limit >= len(text):
-            pieces.append(_balanced(text[start:], opens_in_code=start not in outside, closes_in_code=False))
+            pieces.append(_balanced(text[start:], opens_in_code=opens, closes_in_code=False))
             break
         floor = start + max_chars // 3
         window = [c for c in cuts if floor < c <= limit]
         preferred = [c for c in window if c in outside]
-        end = max(preferred) if preferred else (max(window) if window else limit)
-        pieces.append(_balanced(text[start:end], opens_in_code=start not in outside, closes_in_code=end not in outside))
+        if preferred:
+            end = max(preferred)
+        else:
+            inner = [c for c in window if c <= limit - fence]
+            end = max(inner) if inner else limit - fence
+        pieces.append(_balanced(text[start:end], opens_in_code=opens, closes_in_code=in_code(end)))
         target = end - overlap
         back = [c for c in cuts if start < c <= target]
         back_outside = [c for c in back if c in outside]
@@ -170,8 +186,10 @@ def _has_body(text: str) -> bool:
 
 
 def _boilerplate_key(line: str) -> str:
-    """A line with its names and numbers blanked, so `src/math/Box3.js` and `src/core/Clock.js` compare equal."""
-    line = re.sub(r"[A-Za-z_$][\w$]*", "X", line.strip())
+    """A line with its paths, names and numbers blanked, so `src/math/Box3.js` and `src/core/Clock.js`, or
+    "see the base Camera class" and "see the base Texture class", compare equal; ordinary words stay."""
+    line = re.sub(r"[\w.$-]+(?:/[\w.$-]+)+", "P", line.strip())
+    line = re.sub(r"[A-Za-z_$][A-Za-z0-9_$]*", lambda m: "X" if re.search(r"[A-Z0-9_$]", m.group(0)) else m.group(0), line)
     return re.sub(r"\s+", " ", re.sub(r"[0-9]+", "0", line))
 
 
@@ -225,13 +243,15 @@ class Chunker:
         return bool(lines) and all(_boilerplate_key(line) in self.boilerplate for line in lines)
 
     def _strip_footer(self, text: str) -> str:
-        """Drop repeated prose lines (a copyright footer, say) from the end of a page's last section."""
+        """Drop repeated prose lines (a copyright footer, say) from the end of a page's last section,
+        unless that would leave the section with no body of its own (a templated member description)."""
         lines = text.splitlines()
         while lines and (not lines[-1].strip() or (
                 not lines[-1].startswith(("#", "```", "~~~")) and _is_content_key(_boilerplate_key(lines[-1]))
                 and _boilerplate_key(lines[-1]) in self.boilerplate)):
             lines.pop()
-        return "\n".join(lines)
+        stripped = "\n".join(lines)
+        return stripped if _has_body(stripped) else text
 
     def run(self, document: SourceDocument) -> list[Chunk]:
         title, sections = _sections(document.text)

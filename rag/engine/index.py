@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import threading
 import time
@@ -110,18 +111,26 @@ def _chunks_from_arrow(table) -> list[Chunk]:
 
 @dataclass
 class EmbeddingCache:
-    """Vectors already computed, keyed by (model, text hash), kept in a LanceDB table across versions (E10)."""
+    """Vectors already computed, keyed by (model, text hash), kept in LanceDB across versions (E10).
+
+    One table per vector dimension (a fixed-size column holds one size), shared by the models of that size.
+    """
 
     uri: str
+    dimension: int
+
+    @property
+    def table(self) -> str:
+        return f"{EMBEDDING_CACHE_TABLE}_{self.dimension}"
 
     def lookup(self, model_id: str, hashes: list[str]) -> dict[str, np.ndarray]:
         import pyarrow as pa
         import pyarrow.compute as pc
 
         db = _connect(self.uri)
-        if not _table_exists(db, EMBEDDING_CACHE_TABLE):
+        if not _table_exists(db, self.table):
             return {}
-        table = db.open_table(EMBEDDING_CACHE_TABLE).to_arrow()
+        table = db.open_table(self.table).to_arrow()
         wanted = pc.and_(pc.equal(table.column("model_id"), model_id),
                          pc.is_in(table.column("text_hash"), value_set=pa.array(sorted(set(hashes)))))
         found = table.filter(wanted)
@@ -136,28 +145,22 @@ class EmbeddingCache:
 
         if not hashes:
             return
+        if vectors.shape != (len(hashes), self.dimension):
+            raise IndexError_(f"refusing to cache vectors of shape {vectors.shape}; expected {self.dimension} dims")
         data = pa.table(
             {
                 "model_id": [model_id] * len(hashes),
                 "text_hash": hashes,
                 "vector": pa.FixedSizeListArray.from_arrays(
-                    pa.array(vectors.astype(np.float32).ravel(), pa.float32()), vectors.shape[1]
+                    pa.array(vectors.astype(np.float32).ravel(), pa.float32()), self.dimension
                 ),
             }
         )
         db = _connect(self.uri)
-        if _table_exists(db, EMBEDDING_CACHE_TABLE):
-            table = db.open_table(EMBEDDING_CACHE_TABLE)
-            if table.schema.field("vector").type.list_size == vectors.shape[1]:
-                table.add(data)
-                return
-        # First use, or a cache from a model of another dimension: a fixed-size column needs its own table.
-        if _table_exists(db, EMBEDDING_CACHE_TABLE):
-            old = db.open_table(EMBEDDING_CACHE_TABLE).to_arrow()
-            keep = [m != model_id for m in old.column("model_id").to_pylist()]
-            if old.schema.field("vector").type.list_size == vectors.shape[1]:
-                data = pa.concat_tables([old.filter(pa.array(keep)), data])
-        db.create_table(EMBEDDING_CACHE_TABLE, data=data, mode="overwrite")
+        if _table_exists(db, self.table):
+            db.open_table(self.table).add(data)
+        else:
+            db.create_table(self.table, data=data)
 
 
 @dataclass
@@ -177,7 +180,7 @@ class IndexStore:
             raise IndexError_("no chunks to index: the source folder holds no Markdown or HTML pages")
         timings: dict[str, float] = {}
         started = time.perf_counter()
-        cache = EmbeddingCache(self.lancedb_uri)
+        cache = EmbeddingCache(self.lancedb_uri, embedder.dimension)
         hashes = [c.text_hash for c in chunks]
         known = cache.lookup(embedder.model_id, hashes)
         missing = [i for i, h in enumerate(hashes) if h not in known]
@@ -193,6 +196,9 @@ class IndexStore:
         for start in range(0, len(order), batch):
             part = order[start : start + batch]
             vectors = embedder.embed_passages([chunks[i].embedding_text for _, i in part])
+            if vectors.ndim != 2 or vectors.shape != (len(part), embedder.dimension):
+                raise IndexError_(f"embedder returned vectors of shape {vectors.shape}, expected "
+                                  f"{len(part)} x {embedder.dimension} dims")
             for (h, _), v in zip(part, vectors):
                 new_vectors[h] = v
             if progress:
@@ -202,8 +208,6 @@ class IndexStore:
             cache.store(embedder.model_id, list(new_vectors), np.stack(list(new_vectors.values())))
 
         vectors = np.stack([known.get(h) if h in known else new_vectors[h] for h in hashes]).astype(np.float32)
-        if vectors.shape[1] != embedder.dimension:
-            raise IndexError_(f"embedder returned {vectors.shape[1]} dims, expected {embedder.dimension}")
 
         t0 = time.perf_counter()
         folder = self.version_dir(kb, version)
@@ -222,12 +226,15 @@ class IndexStore:
             bm25 = bm25s.BM25()
             bm25.index(corpus_tokens, show_progress=False)
             bm25.save(str(folder / "bm25"), show_progress=False)
+            build_head_index(chunks).save(str(folder / "bm25_head"), show_progress=False)
             (folder / "catalog.json").write_text(json.dumps(catalog.to_dict(), ensure_ascii=False), encoding="utf-8")
 
             db = _connect(self.lancedb_uri)
             table = db.create_table(table_name(kb, version), data=_chunk_table(chunks, vectors), mode="overwrite")
             if len(chunks) > self.ann_min_vectors:
-                table.create_index(metric="cosine", index_type="IVF_HNSW_SQ", vector_column_name="vector")
+                from lancedb.index import IvfHnswSq
+
+                table.create_index("vector", config=IvfHnswSq(distance_type="cosine"))
             timings["write"] = time.perf_counter() - t0
 
             t0 = time.perf_counter()
@@ -286,6 +293,25 @@ class IndexStore:
         return (self.version_dir(kb, version) / MANIFEST).exists()
 
 
+def head_text(chunk: Chunk) -> str:
+    """Return a member's name and first sentence: the field that says what the member is for."""
+    if not chunk.member or chunk.part:
+        return ""
+    body = [line.strip() for line in chunk.text.splitlines()[1:] if line.strip() and not line.startswith(("#", "```"))]
+    first = re.split(r"(?<=[。！？.!?])\s*", body[0])[0] if body else ""
+    return f"{chunk.member} {first[:120]}"
+
+
+def build_head_index(chunks: list[Chunk]):
+    """BM25 over member names and first sentences only, so a member that is *about* the question's words
+    outranks a long chunk that merely mentions them."""
+    import bm25s
+
+    head = bm25s.BM25()
+    head.index([tokenize(head_text(c)) for c in chunks], show_progress=False)
+    return head
+
+
 def bm25_text(chunk: Chunk) -> str:
     """Return the text BM25 indexes: class names and the heading path in front of the body, like the vector side."""
     return chunk.embedding_text
@@ -329,9 +355,14 @@ class VersionReader:
         catalog = Catalog.from_dict(json.loads((folder / "catalog.json").read_text(encoding="utf-8")))
         add_words(catalog.aliases_to_teach())
         bm25 = bm25s.BM25.load(str(folder / "bm25"), show_progress=False, verbosity=0)
+        if (folder / "bm25_head").exists():
+            head = bm25s.BM25.load(str(folder / "bm25_head"), show_progress=False, verbosity=0)
+        else:  # a version built before head indexes existed
+            head = build_head_index(chunks)
         names = sorted({c.class_name for c in chunks})
         code = {n: i for i, n in enumerate(names)}
         reader = cls(kb, version, manifest, chunks, catalog, bm25, vectors, table if not in_memory else None)
+        reader.head = head
         reader.chunk_classes = np.array([code[c.class_name] for c in chunks], dtype=np.int32)
         reader._class_codes = code
         reader._id_index = {c.chunk_id: i for i, c in enumerate(chunks)}
@@ -401,6 +432,12 @@ class VersionReader:
         if not tokens:
             return 0.0
         return sum(1 for t in tokens if t in self.bm25.vocab_dict) / len(tokens)
+
+    def head_scores(self, tokens: list[str]) -> np.ndarray:
+        known = [t for t in tokens if t in self.head.vocab_dict]
+        if not known:
+            return np.zeros(len(self.chunks), dtype=np.float32)
+        return self.head.get_scores(known)
 
     def bm25_scores(self, tokens: list[str]) -> np.ndarray:
         known = [t for t in tokens if t in self.bm25.vocab_dict]

@@ -26,12 +26,14 @@ def typo_budget(length: int) -> int:
     return 1 if length <= 6 else 2 if length <= 12 else 3
 
 
-def looks_like_api(token: str) -> bool:
-    """CamelCase or capitalised identifiers with inner structure read as API names (`ArcRotateCamera`, `Rigidbody`)."""
+def looks_like_api(token: str, *, in_chinese: bool = True) -> bool:
+    """Read camelCase identifiers (`ArcRotateCamera`) as API names; in Chinese text a capitalised Latin word
+    (`Rigidbody`) too, while in English prose capitals also start sentences, so only inner capitals count."""
     if len(token) < 4 or not re.search(r"[A-Za-z]", token):
         return False
-    inner_capital = re.search(r"[a-z0-9][A-Z]", token) is not None
-    return inner_capital or token[0].isupper() and not token.isupper()
+    if re.search(r"[a-z0-9][A-Z]", token):
+        return True
+    return in_chinese and token[0].isupper() and not token.isupper()
 
 
 @dataclass
@@ -116,11 +118,11 @@ class Planner:
                     continue
                 if token.lower() in STOPWORDS or token.lower() in self.catalog.vocabulary:
                     continue
-                corrected = self._near_class(token)
+                corrected = self._near_class(token, in_chinese=is_chinese)
                 if corrected:
                     add(classes, corrected)
                     corrections.append((token, corrected))
-                elif looks_like_api(token) or explicit_member:
+                elif looks_like_api(token, in_chinese=is_chinese) or explicit_member:
                     pending_members.append(token)
 
         for token in pending_members:
@@ -128,7 +130,7 @@ class Planner:
             if corrected:
                 add(members, corrected)
                 corrections.append((token, corrected))
-            elif looks_like_api(token):
+            elif looks_like_api(token, in_chinese=is_chinese):
                 unknown.append(token)
 
         if CONSTRUCTOR_RE.search(question):
@@ -139,7 +141,8 @@ class Planner:
         corrected_question = question
         for wrong, right in corrections:
             if wrong != right:
-                corrected_question = re.sub(rf"(?<![\w$]){re.escape(wrong)}(?![\w$])", right, corrected_question)
+                corrected_question = re.sub(rf"(?<![A-Za-z0-9_$]){re.escape(wrong)}(?![A-Za-z0-9_$])", right,
+                                            corrected_question)
         hinted = [h for h in hinted if h not in classes]
 
         if unknown and not classes:
@@ -177,8 +180,8 @@ class Planner:
             return member
         return None
 
-    def _near_class(self, token: str) -> str | None:
-        if not (looks_like_api(token) or len(token) >= 10):
+    def _near_class(self, token: str, *, in_chinese: bool = True) -> str | None:
+        if not (looks_like_api(token) if in_chinese else (looks_like_api(token) and not token.istitle())) and len(token) < 10:
             return None
         budget = typo_budget(len(token))
         match = process.extractOne(

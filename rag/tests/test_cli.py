@@ -94,7 +94,8 @@ def test_search_json_has_the_seed_shape_plus_chunk_class_member_plan_and_timings
     assert payload["version"] == built_kb.active_version.name
     assert len(payload["results"]) == 5
     assert all(set(r) == RESULT_KEYS | RESULT_ADDED for r in payload["results"])
-    assert (first["class_name"], first["member"], first["source"]) == ("PerspectiveCamera", "fov", "PerspectiveCamera.md")
+    assert (first["class_name"], first["member"]) == ("PerspectiveCamera", "fov")
+    assert first["source"] == "PerspectiveCamera.md"
     assert (first["title"], first["heading_path"]) == ("透视相机（PerspectiveCamera）", "属性 > .fov : Float")
     assert first["metadata"] == {"h1": "透视相机（PerspectiveCamera）", "h2": "属性", "h3": ".fov : Float",
                                  "kb": "sdk", "version": payload["version"], "part": 0}

@@ -89,9 +89,6 @@ def test_a_near_miss_class_name_is_corrected_and_the_question_rewritten(
     assert plan.as_dict()["corrections"][0] == {"from": written, "to": corrected}
 
 
-@pytest.mark.xfail(reason="BUG: corrections are rewritten with a (?<![\\w$])...(?![\\w$]) boundary and \\w matches "
-                          "Chinese characters, so a name written against Chinese text keeps its typo in "
-                          "corrected_question (which is what gets embedded and BM25-searched)", strict=True)
 @pytest.mark.parametrize(
     "question, corrected_question",
     [("PerspectivCamera的near是多少", "PerspectiveCamera的near是多少"),
@@ -152,6 +149,13 @@ def test_a_member_typo_is_corrected_within_the_detected_class(planner, question)
     assert plan.kind == "doc"
 
 
+@pytest.mark.parametrize("question", ["怎么创建 PerspectiveCamera", "how do I create a PerspectiveCamera"])
+def test_a_constructor_question_asks_for_the_constructor_member(planner, question):
+    plan = planner.run(question)
+
+    assert (plan.classes, plan.members) == (("PerspectiveCamera",), ("PerspectiveCamera",))
+
+
 # -- out of catalog ----------------------------------------------------------------------------------
 
 
@@ -168,11 +172,9 @@ def test_an_unknown_api_name_next_to_a_catalog_class_stays_a_doc_question(planne
     assert (plan.kind, plan.classes, plan.unknown_identifiers) == ("doc", ("PerspectiveCamera",), ("ArcRotateCamera",))
 
 
-@pytest.mark.xfail(reason="BUG: looks_like_api() takes any capitalised word of 4+ letters for an API name, so an "
-                          "English question opening with an ordinary word (Explain, Please, Tell, Hello) is planned "
-                          "out_of_catalog and gets an empty result", strict=True)
 @pytest.mark.parametrize(
-    "question", ["Explain how the fog near distance works", "Please show how to enable damping", "Tell me about the fog"]
+    "question",
+    ["Explain how the fog near distance works", "Please show how to enable damping", "Tell me about the fog"],
 )
 def test_a_capitalised_ordinary_word_opening_an_english_question_is_not_an_unknown_api(planner, question):
     plan = planner.run(question)
@@ -223,8 +225,14 @@ def test_the_typo_budget_grows_with_the_name(length, budget):
     [("ArcRotateCamera", True), ("Rigidbody", True), ("setPixelRatio", True), ("color", False), ("HTML", False),
      ("Fog", False)],
 )
-def test_api_like_names_are_camel_case_or_capitalised(token, expected):
+def test_in_chinese_text_api_like_names_are_camel_case_or_capitalised(token, expected):
     assert looks_like_api(token) is expected
+
+
+@pytest.mark.parametrize("token, expected", [("ArcRotateCamera", True), ("setPixelRatio", True), ("Rigidbody", False),
+                                             ("Explain", False)])
+def test_in_english_text_only_inner_capitals_make_an_api_name(token, expected):
+    assert looks_like_api(token, in_chinese=False) is expected
 
 
 def test_a_plan_serialises_to_plain_lists(planner):

@@ -164,8 +164,9 @@ def test_a_multi_class_question_adopts_from_both_classes(reader, counting_embedd
     assert classes_of(result) == ["PerspectiveCamera", "OrbitControls"] * 3
 
 
-def test_a_chitchat_question_comes_back_empty(reader, counting_embedder):
-    result = make_searcher(reader, counting_embedder).run("今天中午吃什么好")
+@pytest.mark.parametrize("question", ["今天中午吃什么好", "Good morning, did you sleep well last night?"])
+def test_a_chitchat_question_comes_back_empty(reader, counting_embedder, question):
+    result = make_searcher(reader, counting_embedder).run(question)
 
     assert (result.plan.kind, result.hits) == ("chitchat", ())
     assert result.plan.reason

@@ -171,6 +171,19 @@ def test_a_build_is_refused_while_another_runs(built_kb):
     assert (raised.value.code, raised.value.status) == ("index_build_running", 409)
 
 
+def test_a_build_whose_worker_died_is_marked_failed_and_blocks_nothing(built_kb):
+    from django.utils import timezone
+
+    dead = IndexVersion.objects.create(kb=built_kb, name="dead", model_id="m")
+    IndexVersion.objects.filter(pk=dead.pk).update(heartbeat_at=timezone.now() - timezone.timedelta(hours=1))
+
+    version = index_build(built_kb)
+
+    dead.refresh_from_db()
+    assert dead.status == IndexVersion.Status.FAILED and "abandoned" in dead.error
+    assert version.status == IndexVersion.Status.READY
+
+
 def test_a_search_during_a_build_uses_the_old_version(built_kb, corpus_copy):
     old = built_kb.active_version
     append_to(corpus_copy, "PerspectiveCamera.md", "\n相机的近裁剪面不要设得太小，否则会出现深度冲突。\n")
@@ -285,6 +298,14 @@ def test_search_validation_errors_have_stable_codes_and_create_nothing(built_kb,
 
     assert raised.value.code == code
     assert row_counts() == before
+
+
+@pytest.mark.parametrize(
+    "changes", [{"question": ""}, {"question": "雾" * (MAX_QUESTION_CHARS + 1)}, {"mode": "fuzzy"}, {"top_k": 0}]
+)
+def test_search_validates_its_input_before_touching_the_database(django_assert_num_queries, changes):
+    with django_assert_num_queries(0), pytest.raises(ServiceError):
+        search(**{"kb": "sdk", "question": "Fog 的颜色", **changes})
 
 
 def test_search_of_a_knowledge_base_without_an_index_is_refused(corpus_copy):
