@@ -12,6 +12,7 @@ from rag.engine.embed import LocalE5Embedder, OpenAIEmbedder, QueryVectorCache
 from rag.engine.index import IndexStore, VersionReader
 from rag.engine.plan import Planner
 from rag.engine.search import Searcher
+from rag.engine.text import set_cache_dir
 
 _lock = threading.Lock()
 _engine = None
@@ -81,6 +82,7 @@ def get_engine() -> Engine:
         with _lock:
             if _engine is None:
                 config = settings.RAG_ENGINE
+                set_cache_dir(str(Path(settings.DATA_DIR) / "jieba"))
                 embedder = make_embedder()
                 _engine = Engine(
                     store=IndexStore(

@@ -1,3 +1,4 @@
+from django.conf import settings
 from django.db import connection
 from django.http import JsonResponse
 from django.shortcuts import render
@@ -12,7 +13,7 @@ def home(request):
     """List the knowledge bases and search one of them (server-rendered; the chat page replaces it)."""
     knowledge_bases = list(KnowledgeBase.objects.select_related("active_version"))
     question = request.GET.get("q", "").strip()
-    kb = request.GET.get("kb") or (knowledge_bases[0].slug if knowledge_bases else "")
+    kb = request.GET.get("kb") or settings.RAG_DEFAULT_KB
     context = {"knowledge_bases": knowledge_bases, "question": question, "kb": kb}
     if question:
         try:

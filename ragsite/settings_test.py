@@ -7,6 +7,10 @@ os.environ.setdefault("RAG_DATA_DIR", tempfile.mkdtemp(prefix="rag-test-"))
 
 from .settings import *  # noqa: E402,F401,F403
 
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):  # noqa: F405
+    # A file, not memory: the end-to-end tests' worker processes open the same test database.
+    DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / "test-db.sqlite3")}  # noqa: F405
+
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 CELERY_TASK_ALWAYS_EAGER = True
 CELERY_TASK_EAGER_PROPAGATES = True

@@ -10,7 +10,7 @@ from .types import Chunk, SourceDocument
 
 LATIN_NAME_RE = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*(?:[ .][A-Za-z_$][A-Za-z0-9_$]*)*")
 PARENS_RE = re.compile(r"[（(]([^（）()]*)[）)]")
-MEMBER_RE = re.compile(r"^\s*\.?\s*((?:[A-Za-z_$][\w$]*\.)*[A-Za-z_$][\w$]*)\s*(?=$|[(\[:<]|\s+[(:\[]|\s*$)")
+MEMBER_RE = re.compile(r"^\s*\.?\s*((?:[A-Za-z_$][\w$]*\.)*[A-Za-z_$][\w$]*)\s*(?=$|[(\[:<（：]|\s+[(:\[（]|\s*$)")
 FENCE_RE = re.compile(r"^\s{0,3}(```|~~~)")
 
 

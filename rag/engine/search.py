@@ -129,9 +129,9 @@ class Searcher:
                 if not any(reader.chunks[i].class_name == name for i in order):
                     extra, _ = top_positions(dense_scores, adopter.per_class, mask=reader.class_mask(name))
                     order.extend(extra)
-        adopted = adopter.run(order, classes, lambda i: reader.chunks[i].class_name, excluded_ids,
-                              scores=dict(fused))
         fused_score = dict(fused)
+        adopted = adopter.run(order, classes, lambda i: reader.chunks[i].class_name, excluded_ids,
+                              scores=fused_score)
         raw = {}
         if dense_scores is not None:
             raw = {i: float(dense_scores[i]) for i in adopted}

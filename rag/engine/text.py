@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import re
 import threading
 
@@ -27,6 +28,13 @@ STOPWORDS = frozenset(
 
 _jieba_lock = threading.Lock()
 _jieba = None
+_cache_dir: str | None = None
+
+
+def set_cache_dir(path: str) -> None:
+    """Keep the segmenter's dictionary cache in this folder (the data directory) instead of /tmp."""
+    global _cache_dir
+    _cache_dir = path
 
 
 def sha1(text: str) -> str:
@@ -47,6 +55,9 @@ def _segmenter():
                 import jieba
 
                 jieba.setLogLevel(logging.WARNING)
+                if _cache_dir:
+                    os.makedirs(_cache_dir, exist_ok=True)
+                    jieba.dt.tmp_dir = _cache_dir
                 jieba.initialize()
                 _jieba = jieba
     return _jieba

@@ -75,6 +75,8 @@ def test_class_name_and_alias_come_from_the_page_title(title, class_name, alias)
         (".shadowMap.enabled : Boolean", "enabled"),
         ("PerspectiveCamera( fov : Number, aspect : Number )", "PerspectiveCamera"),
         ("PerspectiveCamera ( fov : Number )", "PerspectiveCamera"),
+        ("search_stdin（批量提问）", "search_stdin"),
+        ("RAG_DATA_DIR：数据目录", "RAG_DATA_DIR"),
         ("示例", ""),
         ("1. 安装", ""),
         ("Example usage", ""),
