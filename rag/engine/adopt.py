@@ -36,14 +36,18 @@ class Adopter:
         return adopted
 
     def _spread(self, candidates: list[int], class_of, scores: dict) -> list[int]:
-        """Rank classes by the summed score of their best chunks, then lead with each top class's best.
+        """Keep the single best chunk first, then lead with the best chunk of each strongest other class.
 
-        With no class named, the evidence usually sits in one class; showing the best chunk of the few
-        strongest classes first keeps one near-duplicate class from filling the window.
+        With no class named, the evidence usually sits in one class; a class's strength is the summed
+        fused score of its best `class_evidence` chunks, so a class that several routes agree on rises,
+        and one family of near-duplicate pages cannot fill the window.
         """
+        if not candidates:
+            return []
         by_class: dict[str, list[int]] = {}
         for i in candidates:
             by_class.setdefault(class_of(i), []).append(i)
         ranked = sorted(by_class, key=lambda c: -sum(scores[i] for i in by_class[c][: self.class_evidence]))
-        lead = [by_class[c][0] for c in ranked[: self.spread]]
+        first = candidates[0]
+        lead = [first] + [by_class[c][0] for c in ranked if c != class_of(first)][: self.spread - 1]
         return lead + [i for i in candidates if i not in lead]
