@@ -308,7 +308,7 @@ def build_head_index(chunks: list[Chunk]):
     import bm25s
 
     head = bm25s.BM25()
-    head.index([tokenize(head_text(c)) for c in chunks], show_progress=False)
+    head.index([tokenize(head_text(c), characters=True) for c in chunks], show_progress=False)
     return head
 
 
@@ -433,7 +433,8 @@ class VersionReader:
             return 0.0
         return sum(1 for t in tokens if t in self.bm25.vocab_dict) / len(tokens)
 
-    def head_scores(self, tokens: list[str]) -> np.ndarray:
+    def head_scores(self, text: str, drop: set[str] = frozenset()) -> np.ndarray:
+        tokens = [t for t in tokenize(text, characters=True) if t not in drop]
         known = [t for t in tokens if t in self.head.vocab_dict]
         if not known:
             return np.zeros(len(self.chunks), dtype=np.float32)

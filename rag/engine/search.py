@@ -21,7 +21,7 @@ from .types import Hit, Plan, Ranking, SearchResult
 MAX_BM25_ROUTES = 6  # seed 001: BM25 runs at most 6 routes
 # RRF weight per route kind. Within a named class the vector ranking orders members best; the whole-question
 # BM25 route mostly re-ranks a named class by chunk length (its name is in every chunk), so it counts half.
-ROUTE_WEIGHTS = {"dense:class": 2.0, "bm25:question": 0.5, "bm25:head": 1.5}
+ROUTE_WEIGHTS = {"dense:class": 2.0, "bm25:question": 0.5}
 MODES = ("hybrid", "vector", "bm25")
 
 
@@ -184,7 +184,7 @@ class Searcher:
                 return
             entry = reader.catalog.classes.get(name, {})
             own = set(tokenize(f"{name} {entry.get('alias', '')}"))
-            head_scores = reader.head_scores([t for t in tokens if t not in own])
+            head_scores = reader.head_scores(plan.corrected_question, drop=own)
             ids, values = top_positions(head_scores, self.depth, mask=reader.class_mask(name) & (head_scores > 0))
             if ids:
                 yield f"bm25:head:{name}", ids, values

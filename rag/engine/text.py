@@ -71,8 +71,12 @@ def add_words(words) -> None:
             jieba.add_word(word, freq=20000)
 
 
-def tokenize(text: str) -> list[str]:
-    """Tokenize for BM25: jieba for Chinese, identifiers whole and split on camelCase, lowercased."""
+def tokenize(text: str, *, characters: bool = False) -> list[str]:
+    """Tokenize for BM25: jieba for Chinese, identifiers whole and split on camelCase, lowercased.
+
+    With `characters`, each Chinese word also contributes its single characters, the usual n-gram backoff
+    of Chinese retrieval: 图层 in a question still meets 层 in a page when the segmenter cut them apart.
+    """
     jieba = _segmenter()
     tokens: list[str] = []
     for piece in jieba.lcut_for_search(text):
@@ -82,6 +86,8 @@ def tokenize(text: str) -> list[str]:
         if HAN_RE.search(piece):
             if piece not in STOPWORDS:
                 tokens.append(piece)
+                if characters and len(piece) >= 2:
+                    tokens.extend(ch for ch in piece if HAN_RE.match(ch) and ch not in STOPWORDS)
             continue
         for identifier in IDENTIFIER_RE.findall(piece):
             lower = identifier.lower()
