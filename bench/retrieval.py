@@ -143,8 +143,9 @@ def bm25_scale(n_docs: int = 100_000) -> dict:
     return {"docs": n_docs, "route_ms_p50": round(statistics.median(times), 3)}
 
 
-def dense_scale(sizes=(2_800, 50_000, 200_000)) -> dict:
-    """Time an exact in-memory search (numpy) and a LanceDB flat search at growing sizes."""
+def dense_scale(sizes=(2_800, 30_000, 100_000, 200_000), ann_size: int = 100_000) -> dict:
+    """Time an exact in-memory search (numpy) and a LanceDB flat search at growing sizes, and LanceDB's
+    IVF_HNSW_SQ index (what versions above RAG_DENSE_MEMORY_MAX_VECTORS use) at one size, with recall@10."""
     import numpy as np
     import pyarrow as pa
 
@@ -173,6 +174,22 @@ def dense_scale(sizes=(2_800, 50_000, 200_000)) -> dict:
             flat.append((time.perf_counter() - t0) * 1000)
         out[n] = {"numpy_ms_p50": round(statistics.median(times), 3), "lancedb_flat_ms_p50": round(statistics.median(flat), 2),
                   "memory_mb": round(vectors.nbytes / 2**20, 1)}
+        if n == ann_size:
+            from lancedb.index import IvfHnswSq
+
+            t0 = time.perf_counter()
+            table.create_index("vector", config=IvfHnswSq(distance_type="cosine"))
+            build_s = time.perf_counter() - t0
+            ann, recall = [], []
+            for probe in range(20):
+                query = vectors[probe * 101]
+                t0 = time.perf_counter()
+                result = table.search(query).metric("cosine").limit(10).with_row_id(True).to_arrow()
+                ann.append((time.perf_counter() - t0) * 1000)
+                exact = set(np.argpartition(-(vectors @ query), 10)[:10].tolist())
+                recall.append(len(exact & set(result.column("_rowid").to_pylist())) / 10)
+            out[n].update({"ann_ms_p50": round(statistics.median(ann), 2), "ann_recall_at_10": round(statistics.mean(recall), 3),
+                           "ann_build_s": round(build_s, 1)})
     shutil.rmtree(folder, ignore_errors=True)
     return out
 
@@ -213,7 +230,9 @@ def print_report(build_report: dict, served: dict, extra: dict) -> None:
         if "bm25" in extra:
             print(f"bm25s, one route at {extra['bm25']['docs']} chunks: {extra['bm25']['route_ms_p50']} ms p50")
         for n, d in extra.get("dense", {}).items():
-            print(f"dense {n} vectors: numpy {d['numpy_ms_p50']} ms · LanceDB flat {d['lancedb_flat_ms_p50']} ms · {d['memory_mb']} MB")
+            ann = (f" · LanceDB IVF_HNSW_SQ {d['ann_ms_p50']} ms, recall@10 {d['ann_recall_at_10']}, built in {d['ann_build_s']} s"
+                   if "ann_ms_p50" in d else "")
+            print(f"dense {n} vectors: numpy {d['numpy_ms_p50']} ms · LanceDB flat {d['lancedb_flat_ms_p50']} ms{ann} · {d['memory_mb']} MB")
 
 
 def main() -> int:
@@ -221,6 +240,7 @@ def main() -> int:
     parser.add_argument("--serve", help=argparse.SUPPRESS)
     parser.add_argument("--no-scale", action="store_true", help="skip the 100k BM25 and dense scaling runs")
     parser.add_argument("--reuse", action="store_true", help="keep the last bench build (skip building)")
+    parser.add_argument("--scale-only", action="store_true", help="only the scaling runs")
     args = parser.parse_args()
     folder = Path(os.environ.get("RAG_DATA_DIR", ROOT / "data")).resolve() / "bench"
     if args.serve:
@@ -228,6 +248,9 @@ def main() -> int:
         return 0
     if not (SHARED / "corpora").is_dir() or not (SHARED / "golden" / "retrieval.jsonl").is_file():
         print(f"make bench needs {SHARED}/corpora and {SHARED}/golden; not found, nothing to measure.")
+        return 0
+    if args.scale_only:
+        print(json.dumps({"bm25": bm25_scale(), "dense": dense_scale()}, indent=1, default=str))
         return 0
     report_file = folder / "build.json"
     if args.reuse and report_file.exists():

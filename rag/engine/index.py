@@ -169,7 +169,7 @@ class IndexStore:
 
     lancedb_uri: str
     index_dir: Path
-    ann_min_vectors: int = 200_000  # above this, search LanceDB's ANN index instead of numpy in memory
+    ann_min_vectors: int = 30_000  # above this, search LanceDB's ANN index instead of numpy in memory
 
     def version_dir(self, kb: str, version: str) -> Path:
         return Path(self.index_dir) / kb / version
