@@ -13,7 +13,9 @@ def home(request):
     """List the knowledge bases and search one of them (server-rendered; the chat page replaces it)."""
     knowledge_bases = list(KnowledgeBase.objects.select_related("active_version"))
     question = request.GET.get("q", "").strip()
-    kb = request.GET.get("kb") or settings.RAG_DEFAULT_KB
+    slugs = [k.slug for k in knowledge_bases]
+    default = settings.RAG_DEFAULT_KB if settings.RAG_DEFAULT_KB in slugs else (slugs[0] if slugs else "")
+    kb = request.GET.get("kb") or default
     context = {"knowledge_bases": knowledge_bases, "question": question, "kb": kb}
     if question:
         try:
