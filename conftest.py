@@ -7,6 +7,7 @@ OpenAI-compatible embedding endpoint is a real HTTP server on 127.0.0.1 started 
 from __future__ import annotations
 
 import json
+import re
 import os
 import shutil
 import threading
@@ -199,3 +200,87 @@ def embedding_server():
     server.server_close()
     thread.join(timeout=5)
 
+
+
+# -- a fake OpenAI-compatible chat model -----------------------------------------------------------------
+
+
+@dataclass
+class LlmServer:
+    """Script what the fake model does next: `replies` is a queue of (kind, text) consumed per call.
+
+    kinds: "ok" (answer with text), "500", "slow" (sleep past the client's read timeout), "malformed"
+    (a body that is not a chat completion), "cut" (a stream that stops without data). With no reply
+    scripted, the server answers "ok" with `default_text`.
+    """
+
+    url: str
+    replies: list = field(default_factory=list)
+    calls: list = field(default_factory=list)
+    default_text: str = "The far plane defaults to 2000 [1]."
+    delay: float = 2.0
+
+
+@pytest.fixture
+def llm_server():
+    """A real HTTP server on 127.0.0.1 speaking `/v1/chat/completions`, streaming (SSE) and not."""
+    import time as _time
+
+    state = LlmServer(url="")
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self):  # noqa: N802 - the http.server API
+            length = int(self.headers.get("Content-Length", 0))
+            body = json.loads(self.rfile.read(length) or b"{}")
+            state.calls.append({"path": self.path, "headers": dict(self.headers), "body": body})
+            kind, text = state.replies.pop(0) if state.replies else ("ok", state.default_text)
+            if self.path != "/v1/chat/completions":
+                return self._json(404, {"error": "not found"})
+            if kind == "500":
+                return self._json(500, {"error": {"message": "upstream exploded"}})
+            if kind == "slow":
+                _time.sleep(state.delay)
+            if kind == "malformed":
+                return self._json(200, {"unexpected": True}) if not body.get("stream") else self._sse(["{not json"])
+            usage = {"prompt_tokens": 120, "completion_tokens": max(1, len(text) // 4)}
+            if not body.get("stream"):
+                return self._json(200, {"id": "x", "object": "chat.completion", "model": body.get("model"),
+                                        "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                                                     "finish_reason": "stop"}], "usage": usage})
+            if kind == "cut":
+                return self._sse([])
+            words = re.findall(r"\S+\s*", text)
+            events = [json.dumps({"choices": [{"index": 0, "delta": {"content": w}}]}) for w in words]
+            events.append(json.dumps({"choices": [], "usage": usage}))
+            return self._sse(events + ["[DONE]"])
+
+        def _json(self, status, payload):
+            raw = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+
+        def _sse(self, events):
+            raw = "".join(f"data: {e}\n\n" for e in events).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    state.url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    yield state
+    server.shutdown()
+    server.server_close()
+    thread.join(timeout=5)

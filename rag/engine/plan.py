@@ -13,7 +13,7 @@ from rapidfuzz import process
 from rapidfuzz.distance import Levenshtein
 
 from .catalog import Catalog
-from .text import HAN_RE, IDENTIFIER_RE, STOPWORDS, tokenize
+from .text import HAN_RE, STOPWORDS
 from .types import Plan
 
 # Asking how to construct or configure a new instance points at the constructor (`### ClassName(...)`).
@@ -184,9 +184,8 @@ class Planner:
         if not (looks_like_api(token) if in_chinese else (looks_like_api(token) and not token.istitle())) and len(token) < 10:
             return None
         budget = typo_budget(len(token))
-        match = process.extractOne(
-            token.lower(), list(self._lower_classes), scorer=Levenshtein.distance, score_cutoff=budget
-        )
+        match = process.extractOne(token.lower(), self._lower_classes.keys(), scorer=Levenshtein.distance,
+                                   score_cutoff=budget)
         return self._lower_classes[match[0]] if match else None
 
     def _near_member(self, token: str, classes: list[str]) -> str | None:
@@ -198,10 +197,3 @@ class Planner:
         match = process.extractOne(token.lower(), lowered, scorer=Levenshtein.distance, score_cutoff=budget)
         return candidates[match[2]] if match else None
 
-
-def question_tokens(plan: Plan) -> list[str]:
-    """BM25 tokens of the corrected question."""
-    return tokenize(plan.corrected_question)
-
-
-__all__ = ["Planner", "question_tokens", "looks_like_api", "IDENTIFIER_RE"]
