@@ -1,7 +1,7 @@
 from django.contrib import admin, messages
 
 from rag.errors import ServiceError
-from rag.models import ClassAlias, Document, IndexVersion, KnowledgeBase
+from rag.models import ClassAlias, Document, IndexVersion, KnowledgeBase, RequestRecord
 from rag.services import index_activate
 
 
@@ -68,3 +68,17 @@ class ClassAliasAdmin(admin.ModelAdmin):
     list_display = ("alias", "class_name", "kb", "created_at")
     list_filter = ("kb",)
     search_fields = ("alias", "class_name")
+
+
+@admin.register(RequestRecord)
+class RequestRecordAdmin(admin.ModelAdmin):
+    list_display = ("created_at", "channel", "kind", "kb", "question", "mode", "confidence", "degraded",
+                    "error_code", "latency_ms")
+    list_filter = ("channel", "kind", "mode", "degraded")
+    search_fields = ("request_id", "question")
+
+    def get_readonly_fields(self, request, obj=None):
+        return [f.name for f in self.model._meta.fields]
+
+    def has_add_permission(self, request):
+        return False

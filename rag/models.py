@@ -87,3 +87,44 @@ class ClassAlias(models.Model):
 
     def __str__(self) -> str:
         return f"{self.alias} -> {self.class_name}"
+
+
+class RequestRecord(models.Model):
+    """One search or answer, whatever the channel (web page, MCP, evaluation): what was asked, how it
+    was planned, which chunks were found and adopted, what was answered, and what it cost."""
+
+    class Channel(models.TextChoices):
+        WEB = "web"
+        MCP = "mcp"
+        EVAL = "eval"
+        CLI = "cli"
+
+    request_id = models.CharField(max_length=64, unique=True)
+    channel = models.CharField(max_length=8, choices=Channel.choices, db_index=True)
+    kind = models.CharField(max_length=8, help_text="search or chat")
+    kb = models.CharField(max_length=64, blank=True)
+    index_version = models.CharField(max_length=64, blank=True)
+    question = models.TextField()
+    plan = models.JSONField(default=dict, blank=True)
+    retrieved = models.JSONField(default=dict, blank=True, help_text="route -> [[chunk_id, score], …]")
+    adopted = models.JSONField(default=list, blank=True)
+    excluded = models.JSONField(default=list, blank=True)
+    answer = models.TextField(blank=True)
+    citations = models.JSONField(default=list, blank=True)
+    confidence = models.CharField(max_length=8, blank=True)
+    mode = models.CharField(max_length=16, blank=True)
+    degraded = models.BooleanField(default=False)
+    reason = models.CharField(max_length=64, blank=True)
+    error_code = models.CharField(max_length=64, blank=True)
+    prompt_tokens = models.PositiveIntegerField(default=0)
+    completion_tokens = models.PositiveIntegerField(default=0)
+    latency_ms = models.FloatField(default=0)
+    timings = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["channel", "created_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.channel}:{self.request_id}"

@@ -9,6 +9,7 @@ from pathlib import Path
 from django.conf import settings
 
 from rag.engine.embed import LocalE5Embedder, OpenAIEmbedder, QueryVectorCache
+from rag.engine.generate import ChatClient, CircuitBreaker, ExtractiveGenerator, LlmGenerator
 from rag.engine.index import IndexStore, VersionReader
 from rag.engine.plan import Planner
 from rag.engine.search import Searcher
@@ -24,6 +25,7 @@ class Engine:
     embedder: object
     queries: QueryVectorCache
     readers: dict  # (kb, version) -> VersionReader; the active version of each base plus a few others
+    generator: object = None  # LlmGenerator or ExtractiveGenerator, same run()
     max_open: int = 4
 
     def reader(self, kb: str, version: str) -> VersionReader:
@@ -75,6 +77,45 @@ def make_embedder():
     return LocalE5Embedder(num_threads=config["EMBEDDING_THREADS"] or None)
 
 
+class CacheBreakerStore:
+    """Keep the circuit breaker's state in the Django cache, so every process sees the same breaker."""
+
+    def __init__(self, key: str):
+        self.key = key
+
+    def load(self) -> dict:
+        from django.core.cache import cache
+
+        return cache.get(self.key) or {}
+
+    def save(self, state: dict) -> None:
+        from django.core.cache import cache
+
+        cache.set(self.key, state, timeout=None)
+
+
+def breaker_key() -> str:
+    config = settings.RAG_ENGINE
+    return f"rag:breaker:{config['GENERATION_BASE_URL']}:{config['GENERATION_MODEL']}"
+
+
+def make_generator():
+    """Return the configured generator: the chat model behind a breaker, or extractive answers."""
+    config = settings.RAG_ENGINE
+    if not config["GENERATION_BASE_URL"]:
+        return ExtractiveGenerator()
+    client = ChatClient(
+        base_url=config["GENERATION_BASE_URL"],
+        model=config["GENERATION_MODEL"] or "default",
+        api_key=config["GENERATION_API_KEY"],
+        timeout=(float(config["GENERATION_CONNECT_TIMEOUT"]), float(config["GENERATION_READ_TIMEOUT"])),
+        max_tokens=config["GENERATION_MAX_TOKENS"],
+    )
+    breaker = CircuitBreaker(store=CacheBreakerStore(breaker_key()), threshold=config["BREAKER_THRESHOLD"],
+                             cooldown=float(config["BREAKER_COOLDOWN"]))
+    return LlmGenerator(client=client, breaker=breaker)
+
+
 def get_engine() -> Engine:
     """Return this process's engine, built on first use."""
     global _engine
@@ -93,6 +134,7 @@ def get_engine() -> Engine:
                     embedder=embedder,
                     queries=QueryVectorCache(embedder),
                     readers={},
+                    generator=make_generator(),
                 )
     return _engine
 

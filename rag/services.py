@@ -11,14 +11,17 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from dataclasses import dataclass
+
 from rag.engine.chunk import chunk_documents
+from rag.engine.generate import Answer, answer_without_model
 from rag.engine.index import IndexError_
 from rag.engine.ingest import IngestError, read_folder
 from rag.engine.search import MODES
 from rag.engine.text import sha1
 from rag.engine.types import SearchResult, SourceDocument
 from rag.errors import ServiceError
-from rag.models import ClassAlias, Document, IndexVersion, KnowledgeBase
+from rag.models import ClassAlias, Document, IndexVersion, KnowledgeBase, RequestRecord
 from rag.pipeline import get_engine
 
 log = logging.getLogger(__name__)
@@ -254,6 +257,72 @@ def search(
             raise ServiceError("no_active_version", f"{kb} has no index yet; run `rag reindex --kb {kb}`.", status=409)
     searcher = get_engine().searcher(knowledge_base.slug, row.name, aliases_for(knowledge_base))
     return searcher.run(question, mode=mode, top_k=top_k, exclude=tuple(exclude))
+
+
+@dataclass(frozen=True)
+class AnswerResult:
+    kb: str
+    search: SearchResult
+    answer: Answer
+
+
+def answer_question(*, kb: str, question, exclude=(), top_k: int | None = None, meter=None) -> AnswerResult:
+    """Search, then answer from the adopted evidence; chitchat, out-of-catalog and empty evidence never
+    reach the model (E7). Search and chat share this retrieval, so one question sees one evidence set.
+
+    `meter`, when given, is a context manager factory entered only around a real model call (the web
+    channel's token pool); it receives the answer's usage through `settle(tokens)`.
+    """
+    result = search(kb=kb, question=question, top_k=top_k, exclude=exclude)
+    hits = list(result.hits)
+    excluded_all = bool(exclude) and not hits
+    answer = answer_without_model(result.plan, hits, excluded_all=excluded_all)
+    if answer is None:
+        generator = get_engine().generator
+        if meter is not None and uses_model(generator):
+            with meter() as spend:
+                answer = generator.run(result.plan.corrected_question, result.plan, hits)
+                spend.settle(answer.usage.total_tokens)
+        else:
+            answer = generator.run(result.plan.corrected_question, result.plan, hits)
+    return AnswerResult(kb=kb, search=result, answer=answer)
+
+
+def uses_model(generator) -> bool:
+    return hasattr(generator, "client")
+
+
+def new_request_id() -> str:
+    import uuid
+
+    return "req_" + uuid.uuid4().hex
+
+
+def request_record_write(*, channel: str, kind: str, request_id: str, kb: str, question: str,
+                         result: SearchResult | None = None, answer: Answer | None = None, error_code: str = "",
+                         latency_ms: float = 0.0) -> RequestRecord:
+    """Store one request with its plan, the top of each route, what was adopted and answered, and its cost."""
+    fields = {}
+    if result is not None:
+        fields.update(
+            index_version=result.version,
+            plan=result.plan.as_dict(),
+            retrieved={r.name: [[h.chunk.chunk_id, round(h.score, 5)] for h in r.hits[:20]] for r in result.rankings},
+            adopted=[{"chunk_id": h.chunk.chunk_id, "score": round(h.score, 6), "class_name": h.chunk.class_name,
+                      "member": h.chunk.member, "source": h.chunk.source} for h in result.hits],
+            excluded=list(result.excluded),
+            timings=result.timings_ms,
+        )
+    if answer is not None:
+        fields.update(
+            answer=answer.text, confidence=answer.confidence, mode=answer.mode, degraded=answer.degraded,
+            reason=answer.reason, prompt_tokens=answer.usage.prompt_tokens,
+            completion_tokens=answer.usage.completion_tokens,
+            citations=[{"number": c.number, "chunk_id": c.chunk_id, "source": c.source} for c in answer.citations],
+        )
+    return RequestRecord.objects.create(channel=channel, kind=kind, request_id=request_id, kb=kb,
+                                        question=question[:MAX_QUESTION_CHARS], error_code=error_code,
+                                        latency_ms=round(latency_ms, 3), **fields)
 
 
 def read_source(*, kb: str, source: str) -> str:

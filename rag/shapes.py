@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rag.engine.generate import Citation
 from rag.engine.types import Hit, SearchResult
 
 
@@ -55,3 +56,13 @@ def context_text(result: SearchResult) -> str:
 
 def sources_of(result: SearchResult) -> list[str]:
     return list(dict.fromkeys(h.chunk.source for h in result.hits))
+
+
+def citation_as_dict(citation: Citation) -> dict:
+    path = citation.heading_path
+    return {
+        "number": citation.number,
+        "chunk_id": citation.chunk_id,
+        "source": citation.source,
+        "heading_path": " > ".join(path[1:]) if len(path) > 1 else path[0] if path else "",
+    }

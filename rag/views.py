@@ -2,6 +2,7 @@ from django.conf import settings
 from django.db import connection
 from django.http import JsonResponse
 from django.shortcuts import render
+from django.views.decorators.csrf import ensure_csrf_cookie
 
 from rag.errors import ServiceError
 from rag.models import KnowledgeBase
@@ -9,6 +10,7 @@ from rag.services import search
 from rag.shapes import search_as_dict
 
 
+@ensure_csrf_cookie
 def home(request):
     """List the knowledge bases and search one of them (server-rendered; the chat page replaces it)."""
     knowledge_bases = list(KnowledgeBase.objects.select_related("active_version"))

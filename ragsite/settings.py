@@ -33,6 +33,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
+    "drf_spectacular",
     "channels",
     "rag",
     "assistant",
@@ -121,7 +122,10 @@ CELERY_TIMEZONE = TIME_ZONE
 REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "EXCEPTION_HANDLER": "rag.api.exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "UNAUTHENTICATED_USER": None,
 }
+SPECTACULAR_SETTINGS = {"TITLE": "Docs knowledge platform API", "VERSION": "1", "SERVE_INCLUDE_SCHEMA": False}
 
 RAG_ENGINE = {
     "LANCEDB_URI": env_str("RAG_LANCEDB_URI", default=str(DATA_DIR / "lancedb")),
@@ -135,7 +139,15 @@ RAG_ENGINE = {
     "EMBEDDING_THREADS": env_int("RAG_EMBEDDING_THREADS", default=0, minimum=0),  # 0: the library's default
     "GENERATION_BASE_URL": env_str("RAG_GENERATION_BASE_URL", default=""),  # "": extractive answers
     "GENERATION_MODEL": env_str("RAG_GENERATION_MODEL", default=""),
+    "GENERATION_API_KEY": env_secret("RAG_GENERATION_API_KEY"),
+    "GENERATION_CONNECT_TIMEOUT": env_int("RAG_GENERATION_CONNECT_TIMEOUT", default=5, minimum=1),
+    "GENERATION_READ_TIMEOUT": env_int("RAG_GENERATION_READ_TIMEOUT", default=60, minimum=1),
+    "GENERATION_MAX_TOKENS": env_int("RAG_GENERATION_MAX_TOKENS", default=1024, minimum=16),
+    "BREAKER_THRESHOLD": env_int("RAG_BREAKER_THRESHOLD", default=3, minimum=1),
+    "BREAKER_COOLDOWN": env_int("RAG_BREAKER_COOLDOWN", default=30, minimum=1),
 }
+RAG_WEB_TOKEN_POOL = env_int("RAG_WEB_TOKEN_POOL", default=200_000, minimum=0)  # tokens per day, web channel
+RAG_WEB_TOKEN_ESTIMATE = env_int("RAG_WEB_TOKEN_ESTIMATE", default=3_000, minimum=1)  # reserved per answer
 RAG_DEFAULT_KB = env_str("RAG_DEFAULT_KB", default="docs")
 RAG_DEFAULT_KB_SOURCE = env_str("RAG_DEFAULT_KB_SOURCE", default=str(BASE_DIR / "docs"))
 

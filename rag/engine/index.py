@@ -55,6 +55,16 @@ def _connect(uri: str):
     return lancedb.connect(uri)
 
 
+def _bm25s():
+    """Import bm25s with its logger quietened (it logs each index build at DEBUG with its own handler)."""
+    import logging
+
+    import bm25s
+
+    logging.getLogger("bm25s").setLevel(logging.WARNING)
+    return bm25s
+
+
 def _table_exists(db, name: str) -> bool:
     token = None
     while True:
@@ -221,8 +231,7 @@ class IndexStore:
             timings["tokenize"] = time.perf_counter() - t0
 
             t0 = time.perf_counter()
-            import bm25s
-
+            bm25s = _bm25s()
             bm25 = bm25s.BM25()
             bm25.index(corpus_tokens, show_progress=False)
             bm25.save(str(folder / "bm25"), show_progress=False)
@@ -305,9 +314,7 @@ def head_text(chunk: Chunk) -> str:
 def build_head_index(chunks: list[Chunk]):
     """BM25 over member names and first sentences only, so a member that is *about* the question's words
     outranks a long chunk that merely mentions them."""
-    import bm25s
-
-    head = bm25s.BM25()
+    head = _bm25s().BM25()
     head.index([tokenize(head_text(c), characters=True) for c in chunks], show_progress=False)
     return head
 
@@ -334,8 +341,7 @@ class VersionReader:
 
     @classmethod
     def open(cls, store: IndexStore, kb: str, version: str, *, manifest: dict | None = None) -> "VersionReader":
-        import bm25s
-
+        bm25s = _bm25s()
         folder = store.version_dir(kb, version)
         if manifest is None:
             path = folder / MANIFEST

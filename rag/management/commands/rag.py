@@ -12,8 +12,16 @@ from django.core.management.base import BaseCommand, CommandError
 
 from rag.errors import ServiceError
 from rag.models import KnowledgeBase
-from rag.services import MAX_TOP_K, index_build, index_unchanged_version, kb_ensure, read_source, search
-from rag.shapes import context_text, search_as_dict, sources_of
+from rag.services import (
+    MAX_TOP_K,
+    answer_question,
+    index_build,
+    index_unchanged_version,
+    kb_ensure,
+    read_source,
+    search,
+)
+from rag.shapes import citation_as_dict, context_text, search_as_dict, sources_of
 
 
 class Progress:
@@ -47,14 +55,15 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         sub = parser.add_subparsers(dest="action", required=True)
-        for name in ("status", "search", "context", "read", "reindex"):
+        for name in ("status", "search", "context", "read", "reindex", "ask"):
             p = sub.add_parser(name, help=f"rag {name}")
             p.add_argument("--kb", default=None, help="knowledge base slug (default: RAG_DEFAULT_KB)")
             p.add_argument("--json", action="store_true", help="print JSON for programs and agents")
-            if name in ("search", "context"):
+            if name in ("search", "context", "ask"):
                 p.add_argument("question", help="the question; '-' reads one question per line from stdin")
                 p.add_argument("--top-k", type=int, default=None, help=f"results for a single-class question (1-{MAX_TOP_K}, default 5)")
-                p.add_argument("--mode", default="hybrid", choices=["hybrid", "vector", "bm25"])
+                if name != "ask":
+                    p.add_argument("--mode", default="hybrid", choices=["hybrid", "vector", "bm25"])
                 p.add_argument("--exclude", action="append", default=[], help="a chunk id to leave out (repeatable)")
             if name == "read":
                 p.add_argument("source", help="page path relative to the knowledge base")
@@ -160,6 +169,32 @@ class Command(BaseCommand):
             "version": result.version,
             "plan": result.plan.as_dict(),
         }
+
+    def _ask(self, kb: str, options) -> dict:
+        question = options["question"]
+        outcome = answer_question(kb=kb, question=question, exclude=options["exclude"], top_k=options["top_k"])
+        answer = outcome.answer
+        return {
+            "question": question,
+            "mode": outcome.search.mode,
+            "top_k": options["top_k"] or 5,
+            "answer": answer.text,
+            "sources": list(dict.fromkeys(c.source for c in answer.citations)) or sources_of(outcome.search),
+            "citations": [citation_as_dict(c) for c in answer.citations],
+            "confidence": answer.confidence,
+            "degraded": answer.degraded,
+            "answer_mode": answer.mode,
+            "reason": answer.reason,
+            "usage": answer.usage.as_dict(),
+            "kb": kb,
+            "version": outcome.search.version,
+            "plan": outcome.search.plan.as_dict(),
+        }
+
+    def _human_ask(self, p: dict) -> str:
+        badge = f"[{p['answer_mode']} · confidence {p['confidence']}{' · degraded' if p['degraded'] else ''}]"
+        cites = "\n".join(f"[{c['number']}] {c['source']} · {c['heading_path']}" for c in p["citations"])
+        return f"{badge}\n\n{p['answer']}\n\n{cites}".rstrip()
 
     def _read(self, kb: str, options) -> dict:
         return {"source": options["source"], "content": read_source(kb=kb, source=options["source"]), "kb": kb}

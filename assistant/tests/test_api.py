@@ -1,0 +1,171 @@
+"""The web assistant's JSON API over HTTP: search, chat (extractive and with a fake model), pool, feedback."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.cache import cache
+
+from assistant.models import Feedback, TokenPool
+from assistant.services import token_pool_spend, token_pool_today
+from rag.errors import ServiceError
+from rag.models import RequestRecord
+from rag.pipeline import reset_engine
+from rag.tests.conftest import make_built_kb
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def kb(db, corpus_copy):
+    return make_built_kb(corpus_copy)
+
+
+@pytest.fixture
+def with_model(settings, llm_server):
+    """Configure the fake chat model for this test; the engine is rebuilt around it."""
+    settings.RAG_ENGINE = {**settings.RAG_ENGINE, "GENERATION_BASE_URL": llm_server.url,
+                           "GENERATION_MODEL": "fake-model", "GENERATION_READ_TIMEOUT": 2, "BREAKER_THRESHOLD": 2}
+    cache.clear()
+    reset_engine()
+    yield llm_server
+    reset_engine()
+    cache.clear()
+
+
+def post(client, path, payload):
+    return client.post(path, payload, content_type="application/json")
+
+
+def test_search_returns_adopted_chunks_and_records_the_request(client, kb):
+    response = post(client, "/api/search", {"question": "PerspectiveCamera 的 fov 默认值", "kb": "sdk"})
+
+    body = response.json()
+    assert response.status_code == 200
+    assert body["results"][0]["class_name"] == "PerspectiveCamera" and body["timings_ms"]["total"] > 0
+    record = RequestRecord.objects.get(request_id=body["request_id"])
+    assert (record.channel, record.kind, record.index_version) == ("web", "search", body["version"])
+    assert record.adopted[0]["chunk_id"] == body["results"][0]["chunk_id"]
+
+
+def test_chat_without_a_model_answers_extractively_with_citations(client, kb):
+    response = post(client, "/api/chat", {"question": "PerspectiveCamera 的 fov 默认值", "kb": "sdk"})
+
+    body = response.json()
+    assert response.status_code == 200
+    assert set(body) >= {"answer", "citations", "confidence", "degraded", "mode", "request_id", "usage"}
+    assert body["mode"] == "extractive" and body["citations"] and not body["degraded"]
+    assert RequestRecord.objects.get(request_id=body["request_id"]).mode == "extractive"
+
+
+@pytest.mark.parametrize("payload", [
+    {"question": ""}, {"question": "   "}, {"question": "x" * 2001}, {"question": 42}, {"question": ["a"]},
+    {"question": "fov", "top_k": True}, {"question": "fov", "top_k": "3"}, {"question": "fov", "top_k": 0},
+    {"question": "fov", "exclude": "abc"}, {},
+])
+def test_bad_input_is_a_400_with_a_stable_code_and_records_nothing(client, kb, payload):
+    response = post(client, "/api/search", payload)
+
+    assert (response.status_code, response.json()["code"]) == (400, "invalid_request")
+    assert RequestRecord.objects.count() == 0
+
+
+def test_an_unknown_knowledge_base_is_a_404(client, kb):
+    response = post(client, "/api/chat", {"question": "fov", "kb": "nope"})
+
+    assert (response.status_code, response.json()["code"]) == (404, "kb_not_found")
+
+
+def test_chat_with_a_model_cites_evidence_and_spends_the_pool(client, kb, with_model):
+    with_model.default_text = "默认值是 50 [1]。"
+
+    body = post(client, "/api/chat", {"question": "PerspectiveCamera 的 fov 默认值", "kb": "sdk"}).json()
+
+    assert (body["mode"], body["confidence"]) == ("llm", "high")
+    assert body["citations"][0]["number"] == 1 and body["usage"]["total_tokens"] > 0
+    assert token_pool_today().spent == body["usage"]["total_tokens"]
+    assert len(with_model.calls) == 1
+
+
+@pytest.mark.parametrize("question", ["今天中午吃什么好", "ArcRotateCamera 的 alpha 参数是什么"])
+def test_chitchat_and_unknown_classes_never_call_the_model(client, kb, with_model, question):
+    body = post(client, "/api/chat", {"question": question, "kb": "sdk"}).json()
+
+    assert body["mode"] in ("chitchat", "empty") and body["citations"] == []
+    assert with_model.calls == []
+
+
+def test_excluding_all_evidence_says_why_and_does_not_call_the_model(client, kb, with_model):
+    from rag.pipeline import get_engine
+
+    every_chunk = [c.chunk_id for c in get_engine().reader("sdk", kb.active_version.name).chunks]
+
+    body = post(client, "/api/chat", {"question": "Fog 的 near 默认值", "kb": "sdk", "exclude": every_chunk}).json()
+
+    assert (body["mode"], body["reason"]) == ("empty", "all_evidence_excluded")
+    assert with_model.calls == []
+
+
+def test_a_failing_model_opens_the_breaker_and_answers_degraded_with_evidence(client, kb, with_model):
+    with_model.replies.extend([("500", ""), ("500", "")])
+    question = {"question": "PerspectiveCamera 的 far 默认值", "kb": "sdk"}
+
+    post(client, "/api/chat", question)
+    post(client, "/api/chat", question)
+    third = post(client, "/api/chat", question).json()
+
+    assert len(with_model.calls) == 2
+    assert (third["degraded"], third["reason"]) == (True, "circuit_open") and third["citations"]
+    assert RequestRecord.objects.filter(degraded=True).count() == 3
+
+
+def test_a_spent_pool_answers_429_without_calling_the_model(client, kb, with_model):
+    pool = token_pool_today()
+    pool.spent = pool.limit
+    pool.save()
+
+    response = post(client, "/api/chat", {"question": "PerspectiveCamera 的 far 默认值", "kb": "sdk"})
+
+    assert (response.status_code, response.json()["code"]) == (429, "token_pool_exhausted")
+    assert with_model.calls == []
+    assert RequestRecord.objects.get().error_code == "token_pool_exhausted"
+
+
+def test_answers_in_flight_cannot_overspend_the_pool(settings, db):
+    settings.RAG_WEB_TOKEN_POOL = 10_000
+    settings.RAG_WEB_TOKEN_ESTIMATE = 4_000
+
+    with token_pool_spend() as first, token_pool_spend() as second:
+        with pytest.raises(ServiceError) as raised:
+            with token_pool_spend():
+                pass
+        first.settle(1_000)
+        second.settle(2_500)
+
+    assert raised.value.code == "token_pool_exhausted"
+    assert TokenPool.objects.get().spent == 3_500
+
+
+def test_thumbs_down_is_csrf_protected_and_recorded_once(kb):
+    from django.test import Client
+
+    browser = Client(enforce_csrf_checks=True)
+    answer = post(browser, "/api/chat", {"question": "Fog 的 near 默认值", "kb": "sdk"}).json()
+
+    refused = post(browser, "/api/feedback", {"request_id": answer["request_id"], "reason": "wrong"})
+    browser.get("/")  # the page sets the CSRF cookie
+    token = browser.cookies["csrftoken"].value
+    first = browser.post("/api/feedback", {"request_id": answer["request_id"], "reason": "<b>wrong</b>"},
+                         content_type="application/json", headers={"X-CSRFToken": token})
+    second = browser.post("/api/feedback", {"request_id": answer["request_id"]}, content_type="application/json",
+                          headers={"X-CSRFToken": token})
+
+    assert refused.status_code == 403
+    assert (first.status_code, second.status_code) == (201, 200)
+    assert Feedback.objects.get().reason == "<b>wrong</b>"
+
+
+def test_the_openapi_schema_documents_the_api(client):
+    response = client.get("/api/schema", HTTP_ACCEPT="application/json")
+
+    assert response.status_code == 200
+    assert all(path.encode() in response.content for path in ("/api/search", "/api/chat", "/api/feedback"))
