@@ -13,7 +13,7 @@ from django.utils import timezone
 from assistant.models import Feedback, TokenPool
 from rag.errors import ServiceError
 from rag.models import RequestRecord
-from rag.services import answer_question, new_request_id, request_record_write, search
+from rag.services import answer_question, answer_question_stream, new_request_id, request_record_write, search
 from rag.shapes import citation_as_dict, search_as_dict
 
 CHANNEL = "web"
@@ -83,6 +83,33 @@ def web_chat(*, question, kb: str | None = None, exclude=()) -> dict:
                          result=outcome.search, answer=outcome.answer,
                          latency_ms=(time.perf_counter() - started) * 1000)
     return chat_as_dict(outcome, request_id=request_id)
+
+
+def web_chat_stream(*, question, kb: str | None = None, exclude=(), cancelled=lambda: False):
+    """Yield the chat page's events as dicts: plan, retrieval, token…, final (the /api/chat object), error."""
+    kb = kb or settings.RAG_DEFAULT_KB
+    request_id = new_request_id()
+    started = time.perf_counter()
+    try:
+        for kind, value in answer_question_stream(kb=kb, question=question, exclude=exclude,
+                                                  meter=token_pool_spend, cancelled=cancelled):
+            if kind == "plan":
+                yield {"type": "plan", "request_id": request_id, "kb": kb, "version": value.version,
+                       "plan": value.plan.as_dict()}
+                yield {"type": "retrieval", "request_id": request_id,
+                       "results": search_as_dict(value, kb=kb, question=question, top_k=None)["results"]}
+            elif kind == "token":
+                yield {"type": "token", "text": value}
+            else:
+                request_record_write(channel=CHANNEL, kind="chat", request_id=request_id, kb=kb, question=question,
+                                     result=value.search, answer=value.answer,
+                                     latency_ms=(time.perf_counter() - started) * 1000)
+                yield {"type": "final", **chat_as_dict(value, request_id=request_id)}
+    except ServiceError as exc:
+        _record_failure("chat", request_id, kb, question, exc, started)
+        yield {"type": "error", "request_id": request_id, **exc.as_dict()}
+    if cancelled():
+        _record_failure("chat", request_id, kb, question, ServiceError("cancelled", "the reader went away"), started)
 
 
 def chat_as_dict(outcome, *, request_id: str) -> dict:

@@ -1,8 +1,9 @@
 from django.urls import path
 
-from assistant import api
+from assistant import api, views
 
 urlpatterns = [
+    path("", views.chat, name="chat"),
     path("api/search", api.SearchApi.as_view(), name="api-search"),
     path("api/chat", api.ChatApi.as_view(), name="api-chat"),
     path("api/feedback", api.FeedbackApi.as_view(), name="api-feedback"),

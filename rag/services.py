@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import secrets
 import time
@@ -286,6 +287,41 @@ def answer_question(*, kb: str, question, exclude=(), top_k: int | None = None, 
         else:
             answer = generator.run(result.plan.corrected_question, result.plan, hits)
     return AnswerResult(kb=kb, search=result, answer=answer)
+
+
+def answer_question_stream(*, kb: str, question, exclude=(), top_k: int | None = None, meter=None,
+                           cancelled=lambda: False):
+    """Like answer_question, as events: ("plan", SearchResult), ("token", text)…, ("final", AnswerResult).
+
+    When `cancelled()` turns true (the reader went away) the model stream is closed and nothing more is
+    yielded; the caller then records the request as cancelled.
+    """
+    result = search(kb=kb, question=question, top_k=top_k, exclude=exclude)
+    yield "plan", result
+    hits = list(result.hits)
+    answer = answer_without_model(result.plan, hits, excluded_all=bool(exclude) and not hits)
+    generator = get_engine().generator
+    if answer is None and hasattr(generator, "stream"):
+        with (meter() if meter is not None else contextlib.nullcontext()) as spend:
+            events = generator.stream(result.plan.corrected_question, result.plan, hits)
+            try:
+                for kind, value in events:
+                    if cancelled():
+                        return
+                    if kind == "token":
+                        yield "token", value
+                    else:
+                        answer = value
+            finally:
+                events.close()
+            if spend is not None:
+                spend.settle(answer.usage.total_tokens)
+    elif answer is None:
+        answer = generator.run(result.plan.corrected_question, result.plan, hits)
+        yield "token", answer.text
+    else:
+        yield "token", answer.text
+    yield "final", AnswerResult(kb=kb, search=result, answer=answer)
 
 
 def uses_model(generator) -> bool:

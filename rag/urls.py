@@ -3,6 +3,6 @@ from django.urls import path
 from rag import views
 
 urlpatterns = [
-    path("", views.home, name="home"),
+    path("search", views.home, name="search"),
     path("healthz", views.healthz, name="healthz"),
 ]

@@ -169,3 +169,13 @@ def test_the_openapi_schema_documents_the_api(client):
 
     assert response.status_code == 200
     assert all(path.encode() in response.content for path in ("/api/search", "/api/chat", "/api/feedback"))
+
+
+def test_the_chat_page_is_served_with_its_own_assets_and_a_csrf_cookie(client, kb):
+    response = client.get("/")
+
+    page = response.content.decode()
+    assert response.status_code == 200
+    assert "/static/assistant/chat.js" in page and "/static/assistant/chat.css" in page
+    assert "http://" not in page.replace("http://127.0.0.1", "") and "https://" not in page  # no CDN
+    assert "csrftoken" in response.cookies

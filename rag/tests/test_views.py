@@ -8,14 +8,14 @@ pytestmark = pytest.mark.django_db
 
 
 def test_the_home_page_renders_without_knowledge_bases(client):
-    response = client.get("/")
+    response = client.get("/search")
 
     assert response.status_code == 200
     assert "python manage.py rag reindex" in response.content.decode()
 
 
 def test_the_home_page_lists_knowledge_bases(client, built_kb):
-    response = client.get("/")
+    response = client.get("/search")
 
     page = response.content.decode()
     assert response.status_code == 200
@@ -23,7 +23,7 @@ def test_the_home_page_lists_knowledge_bases(client, built_kb):
 
 
 def test_a_question_shows_its_results(client, built_kb):
-    response = client.get("/", {"q": "PerspectiveCamera 的 fov 默认是多少"})
+    response = client.get("/search", {"q": "PerspectiveCamera 的 fov 默认是多少"})
 
     page = response.content.decode()
     assert response.status_code == 200
@@ -33,7 +33,7 @@ def test_a_question_shows_its_results(client, built_kb):
 
 
 def test_a_script_question_is_escaped(client, built_kb):
-    response = client.get("/", {"q": "<script>alert(1)</script> PerspectiveCamera"})
+    response = client.get("/search", {"q": "<script>alert(1)</script> PerspectiveCamera"})
 
     page = response.content.decode()
     assert response.status_code == 200
@@ -42,7 +42,7 @@ def test_a_script_question_is_escaped(client, built_kb):
 
 
 def test_a_service_error_is_shown_on_the_page(client, built_kb):
-    response = client.get("/", {"q": "Fog", "kb": "nope"})
+    response = client.get("/search", {"q": "Fog", "kb": "nope"})
 
     assert response.status_code == 200
     assert "<strong>kb_not_found</strong>" in response.content.decode()

@@ -1,0 +1,57 @@
+"""Streaming answers over a WebSocket: the page sends a question, the consumer forwards the service's events."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.db import close_old_connections
+
+from assistant.api import AskInput
+from assistant.services import web_chat_stream
+
+
+class ChatConsumer(AsyncJsonWebsocketConsumer):
+    """One socket per page; one answer at a time. Closing the socket stops the model's stream."""
+
+    async def connect(self):
+        self.cancel = threading.Event()
+        self.task = None
+        await self.accept()
+
+    async def receive_json(self, content, **kwargs):
+        data = AskInput(data=content if isinstance(content, dict) else {})
+        if not data.is_valid():
+            await self.send_json({"type": "error", "code": "invalid_request", "message": "The request is not valid.",
+                                  "fields": data.errors})
+            return
+        if self.task and not self.task.done():
+            await self.send_json({"type": "error", "code": "busy", "message": "An answer is still streaming."})
+            return
+        self.cancel = threading.Event()
+        self.task = asyncio.create_task(self._stream(data.validated_data, self.cancel))
+
+    async def _stream(self, ask: dict, cancel: threading.Event):
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue = asyncio.Queue()
+
+        def produce():
+            try:
+                for event in web_chat_stream(**ask, cancelled=cancel.is_set):
+                    loop.call_soon_threadsafe(queue.put_nowait, event)
+            except Exception:  # noqa: BLE001 - the page gets an error frame, the worker thread survives
+                loop.call_soon_threadsafe(queue.put_nowait, {"type": "error", "code": "service_error",
+                                                             "message": "The answer failed."})
+            finally:
+                close_old_connections()
+                loop.call_soon_threadsafe(queue.put_nowait, None)
+
+        worker = loop.run_in_executor(None, produce)
+        while (event := await queue.get()) is not None:
+            if not cancel.is_set():
+                await self.send_json(event)
+        await worker
+
+    async def disconnect(self, code):
+        self.cancel.set()

@@ -1,0 +1,77 @@
+"""The chat WebSocket: events in order, the same final object as /api/chat, validation errors as frames."""
+
+from __future__ import annotations
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.core.cache import cache
+
+from assistant.consumers import ChatConsumer
+from rag.models import RequestRecord
+from rag.pipeline import reset_engine
+from rag.tests.conftest import make_built_kb
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
+
+
+@pytest.fixture
+def kb(transactional_db, corpus_copy):
+    return make_built_kb(corpus_copy)
+
+
+async def collect(communicator, until="final"):
+    events = []
+    while True:
+        event = await communicator.receive_json_from(timeout=30)
+        events.append(event)
+        if event["type"] in (until, "error"):
+            return events
+
+
+async def test_a_question_streams_plan_retrieval_tokens_and_final(kb):
+    communicator = WebsocketCommunicator(ChatConsumer.as_asgi(), "/ws/chat")
+    await communicator.connect()
+
+    await communicator.send_json_to({"question": "PerspectiveCamera 的 fov 默认值", "kb": "sdk"})
+    events = await collect(communicator)
+    await communicator.disconnect()
+
+    kinds = [e["type"] for e in events]
+    assert kinds[:2] == ["plan", "retrieval"] and "token" in kinds and kinds[-1] == "final"
+    final = events[-1]
+    assert final["mode"] == "extractive" and final["citations"]
+    record = await sync_to_async(RequestRecord.objects.get)(request_id=final["request_id"])
+    assert record.channel == "web" and record.kind == "chat"
+
+
+async def test_a_streamed_model_answer_arrives_token_by_token(kb, settings, llm_server):
+    settings.RAG_ENGINE = {**settings.RAG_ENGINE, "GENERATION_BASE_URL": llm_server.url, "GENERATION_MODEL": "m"}
+    await sync_to_async(cache.clear)()
+    reset_engine()
+    llm_server.replies.append(("ok", "The default fov is 50 degrees [1]."))
+    communicator = WebsocketCommunicator(ChatConsumer.as_asgi(), "/ws/chat")
+    await communicator.connect()
+
+    await communicator.send_json_to({"question": "PerspectiveCamera 的 fov 默认值", "kb": "sdk"})
+    events = await collect(communicator)
+    await communicator.disconnect()
+    reset_engine()
+
+    tokens = [e["text"] for e in events if e["type"] == "token"]
+    assert len(tokens) > 3 and "".join(tokens) == "The default fov is 50 degrees [1]."
+    assert events[-1]["mode"] == "llm" and llm_server.calls[0]["body"]["stream"] is True
+
+
+async def test_bad_input_gets_an_error_frame_and_the_socket_stays_open(kb):
+    communicator = WebsocketCommunicator(ChatConsumer.as_asgi(), "/ws/chat")
+    await communicator.connect()
+
+    await communicator.send_json_to({"question": ""})
+    error = await communicator.receive_json_from(timeout=10)
+    await communicator.send_json_to({"question": "Fog 的 near", "kb": "sdk"})
+    events = await collect(communicator)
+    await communicator.disconnect()
+
+    assert (error["type"], error["code"]) == ("error", "invalid_request")
+    assert events[-1]["type"] == "final"
