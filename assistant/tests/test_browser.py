@@ -1,0 +1,115 @@
+"""The chat page in headless Chromium against a live Daphne server (slow; Debian's chromium, Playwright)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+from assistant.models import Feedback
+from rag.tests.conftest import make_built_kb
+from rag.tests.test_tasks import database_url_of_test_db
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture
+def live_daphne(transactional_db):
+    """Daphne serving the project on a free loopback port, on the test database and data folder."""
+    port = free_port()
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "ragsite.settings", "RAG_DATA_DIR": str(settings.DATA_DIR),
+           "DATABASE_URL": database_url_of_test_db(), "RAG_DEFAULT_KB": "sdk", "DJANGO_DEBUG": "false"}
+    subprocess.run([sys.executable, "manage.py", "collectstatic", "--noinput", "-v0"], cwd=ROOT, env=env, check=True)
+    server = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+                               "ragsite.asgi:application"], cwd=ROOT, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            break
+        except OSError:
+            time.sleep(0.2)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+@pytest.fixture
+def browser(monkeypatch):
+    if not Path(CHROMIUM).exists():
+        if os.environ.get("CI"):
+            pytest.fail("chromium is not installed; .ci/run installs Debian's chromium package")
+        pytest.skip("chromium is not installed")
+    from playwright.sync_api import sync_playwright
+
+    # Playwright's sync API keeps an event loop on this thread; the test's own ORM calls are plain sync.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+    with sync_playwright() as playwright:
+        instance = playwright.chromium.launch(
+            executable_path=CHROMIUM, headless=True,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                  "--disable-sync", "--no-first-run"])
+        yield instance
+        instance.close()
+
+
+@pytest.mark.slow
+def test_ask_stream_cite_thumbs_down_and_re_ask_without_a_source(live_daphne, browser, corpus_copy):
+    make_built_kb(corpus_copy)
+    page = browser.new_page()
+    page.goto(live_daphne + "/")
+
+    page.fill("#question", "PerspectiveCamera 的 fov 默认值是多少？")
+    page.press("#question", "Enter")
+    page.wait_for_selector(".turn .badges .badge", timeout=30_000)
+    first_sources = page.locator(".turn .citations summary").all_inner_texts()
+    screenshot = Path(settings.DATA_DIR) / "screenshots" / "chat.png"
+    screenshot.parent.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(screenshot), full_page=True)
+
+    page.once("dialog", lambda dialog: dialog.accept("not what I asked"))
+    page.click(".turn .thumbs-down")
+    page.wait_for_selector("text=Thanks, noted.", timeout=10_000)
+
+    page.click(".turn .citations li >> nth=0 >> button.exclude")
+    page.wait_for_function(
+        "first => document.querySelector('.turn .citations summary') && "
+        "document.querySelector('.turn .citations summary').textContent !== first", arg=first_sources[0],
+        timeout=30_000)
+
+    assert first_sources and "PerspectiveCamera" in first_sources[0]
+    assert "50" in page.inner_text(".turn .answer") or page.locator(".turn .citations li").count() > 0
+    assert Feedback.objects.get().reason == "not what I asked"
+    assert screenshot.stat().st_size > 10_000
+
+
+@pytest.mark.slow
+def test_a_script_in_a_question_is_shown_as_text_and_never_runs(live_daphne, browser, corpus_copy):
+    make_built_kb(corpus_copy)
+    page = browser.new_page()
+    page.goto(live_daphne + "/")
+
+    page.fill("#question", "<img src=x onerror=\"window.__pwned=1\"><script>window.__pwned=1</script> Fog near")
+    page.press("#question", "Enter")
+    page.wait_for_selector(".turn .badges .badge", timeout=30_000)
+
+    assert page.evaluate("window.__pwned") is None
+    assert "<script>window.__pwned=1</script>" in page.inner_text(".turn .question")
