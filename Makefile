@@ -7,7 +7,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 export OPENBLAS_NUM_THREADS ?= 1
 
-.PHONY: install run test test-fast bench migrate clean
+.PHONY: install run test test-fast bench bench-load migrate clean
 
 $(STAMP): requirements.txt
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "$(PYTHON) not found; set PYTHON=python3.11" >&2; exit 1; }
@@ -39,6 +39,9 @@ test-fast: install
 
 bench: install
 	$(PY) bench/retrieval.py
+
+bench-load: install
+	$(PY) bench/load.py
 
 clean:
 	rm -rf $(VENV)

@@ -1,0 +1,115 @@
+"""`make bench-load`: latency and throughput of /api/search and /api/chat (extractive) on a live Daphne.
+
+Loopback only, bounded: each level sends at most --requests requests or runs --seconds, whichever ends
+first. Uses the data directory of `make run` (migrates and indexes docs/ first if needed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import requests
+
+ROOT = Path(__file__).resolve().parent.parent
+QUESTIONS = [
+    "怎么重建索引？", "RAG_DATA_DIR 默认是什么？", "How do I switch to PostgreSQL?", "rag search 的 JSON 长什么样？",
+    "What does reindex --if-changed do?", "保留几个索引版本？", "How are API keys stored?", "什么是 RRF 融合？",
+    "How does the chitchat gate work?", "怎么配置生成模型？", "What is the default knowledge base?",
+    "read 命令会拒绝哪些路径？", "How many chunks does a multi-class question adopt?", "向量缓存怎么复用？",
+]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def pct(values, q):
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def run_level(url: str, path: str, clients: int, total: int, seconds: float) -> dict:
+    latencies, errors = [], []
+    lock = threading.Lock()
+    counter = iter(range(total))
+    deadline = time.monotonic() + seconds
+
+    def client():
+        session = requests.Session()
+        while time.monotonic() < deadline:
+            with lock:
+                number = next(counter, None)
+            if number is None:
+                return
+            question = f"{QUESTIONS[number % len(QUESTIONS)]} #{path[5:]}{clients}-{number}"  # distinct: no cache hits
+            started = time.perf_counter()
+            response = session.post(url + path, json={"question": question}, timeout=60)
+            elapsed = (time.perf_counter() - started) * 1000
+            with lock:
+                (latencies if response.status_code == 200 else errors).append(elapsed)
+
+    started = time.perf_counter()
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    wall = time.perf_counter() - started
+    return {"clients": clients, "requests": len(latencies), "errors": len(errors),
+            "p50_ms": round(statistics.median(latencies), 1) if latencies else None,
+            "p95_ms": round(pct(latencies, 0.95), 1) if latencies else None,
+            "rps": round(len(latencies) / wall, 1)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--requests", type=int, default=120, help="requests per level at most")
+    parser.add_argument("--seconds", type=float, default=60, help="seconds per level at most")
+    args = parser.parse_args()
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
+    manage = [sys.executable, "manage.py"]
+    subprocess.run(manage + ["migrate", "--noinput", "-v0"], cwd=ROOT, env=env, check=True)
+    subprocess.run(manage + ["rag", "reindex", "--if-changed"], cwd=ROOT, env=env, check=True,
+                   stdout=subprocess.DEVNULL)
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+                               "ragsite.asgi:application"], cwd=ROOT, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(100):
+            try:
+                requests.get(url + "/healthz", timeout=1)
+                break
+            except requests.RequestException:
+                time.sleep(0.2)
+        requests.post(url + "/api/search", json={"question": "warm up"}, timeout=60)  # load model and index
+        results = {}
+        for path in ("/api/search", "/api/chat"):
+            results[path] = [run_level(url, path, clients, args.requests, args.seconds) for clients in (1, 4, 16)]
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    print(f"{'endpoint':14s} {'clients':>7s} {'requests':>8s} {'errors':>6s} {'p50 ms':>8s} {'p95 ms':>8s} {'req/s':>7s}")
+    for path, levels in results.items():
+        for r in levels:
+            print(f"{path:14s} {r['clients']:7d} {r['requests']:8d} {r['errors']:6d} {r['p50_ms']:8} {r['p95_ms']:8} {r['rps']:7}")
+    out = Path(os.environ.get("RAG_DATA_DIR", ROOT / "data")) / "bench" / "load.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
