@@ -219,6 +219,8 @@ class LlmServer:
     calls: list = field(default_factory=list)
     default_text: str = "The far plane defaults to 2000 [1]."
     delay: float = 2.0
+    sent: list = field(default_factory=list)  # words a dripping stream has written
+    hung_up: bool = False  # the client closed a dripping stream early
 
 
 @pytest.fixture
@@ -251,6 +253,8 @@ def llm_server():
                                                      "finish_reason": "stop"}], "usage": usage})
             if kind == "cut":
                 return self._sse([])
+            if kind == "drip":  # one word every 0.2 s until the reader hangs up
+                return self._drip(re.findall(r"\S+\s*", text))
             words = re.findall(r"\S+\s*", text)
             events = [json.dumps({"choices": [{"index": 0, "delta": {"content": w}}]}) for w in words]
             events.append(json.dumps({"choices": [], "usage": usage}))
@@ -263,6 +267,22 @@ def llm_server():
             self.send_header("Content-Length", str(len(raw)))
             self.end_headers()
             self.wfile.write(raw)
+
+        def _drip(self, words):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            try:
+                for word in words:
+                    self.wfile.write(f"data: {json.dumps({'choices': [{'delta': {'content': word}}]})}\n\n".encode())
+                    self.wfile.flush()
+                    state.sent.append(word)
+                    _time.sleep(0.2)
+                self.wfile.write(b"data: [DONE]\n\n")
+            except (BrokenPipeError, ConnectionResetError):
+                state.hung_up = True
+            self.close_connection = True
 
         def _sse(self, events):
             raw = "".join(f"data: {e}\n\n" for e in events).encode()

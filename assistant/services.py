@@ -46,7 +46,8 @@ def token_pool_spend():
         actual = estimate
 
         def settle(self, tokens: int) -> None:
-            self.actual = tokens
+            # A server that reports no usage still spent tokens: keep the reservation then.
+            self.actual = tokens if tokens > 0 else estimate
 
     settlement = Settlement()
     try:

@@ -75,3 +75,26 @@ async def test_bad_input_gets_an_error_frame_and_the_socket_stays_open(kb):
 
     assert (error["type"], error["code"]) == ("error", "invalid_request")
     assert events[-1]["type"] == "final"
+
+
+async def test_closing_the_socket_mid_answer_stops_the_model_stream(kb, settings, llm_server):
+    import asyncio
+
+    settings.RAG_ENGINE = {**settings.RAG_ENGINE, "GENERATION_BASE_URL": llm_server.url, "GENERATION_MODEL": "m"}
+    await sync_to_async(cache.clear)()
+    reset_engine()
+    words = " ".join(f"word{i}" for i in range(40))
+    llm_server.replies.append(("drip", words + " [1]"))
+    communicator = WebsocketCommunicator(ChatConsumer.as_asgi(), "/ws/chat")
+    await communicator.connect()
+
+    await communicator.send_json_to({"question": "PerspectiveCamera 的 fov 默认值", "kb": "sdk"})
+    while (await communicator.receive_json_from(timeout=30))["type"] != "token":
+        pass
+    await communicator.disconnect()
+    await asyncio.sleep(1.5)
+    reset_engine()
+
+    assert len(llm_server.sent) < 20, "the model kept streaming after the reader left"
+    record = await sync_to_async(RequestRecord.objects.get)()
+    assert record.error_code == "cancelled"

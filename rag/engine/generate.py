@@ -198,7 +198,7 @@ class ChatClient:
         usage = Usage()
         received = False
         try:
-            for raw in response.iter_lines(decode_unicode=True):
+            for raw in _lines_as_they_arrive(response.raw):
                 if not raw or raw.startswith(":"):
                     continue
                 if not raw.startswith("data:"):
@@ -226,6 +226,22 @@ class ChatClient:
             raise GenerationError("malformed", "the generation model streamed no text")
         if usage_out is not None:
             usage_out.append(usage)
+
+
+def _lines_as_they_arrive(raw) -> Iterator[str]:
+    """Yield lines of a streamed body as soon as each arrives: `iter_lines` waits for a whole 512-byte
+    block, which delays tokens and leaves a reader that hung up waiting for the model."""
+    buffer = b""
+    while True:
+        chunk = raw.read1(8192)
+        if not chunk:
+            break
+        buffer += chunk
+        while b"\n" in buffer:
+            line, buffer = buffer.split(b"\n", 1)
+            yield line.rstrip(b"\r").decode("utf-8", "replace")
+    if buffer:
+        yield buffer.decode("utf-8", "replace")
 
 
 # -- circuit breaker -----------------------------------------------------------------------------------
@@ -380,14 +396,17 @@ class LlmGenerator:
             return
         pieces: list[str] = []
         usage: list[Usage] = []
+        deltas = self.client.stream(build_messages(question, hits), usage_out=usage)
         try:
-            for delta in self.client.stream(build_messages(question, hits), usage_out=usage):
+            for delta in deltas:
                 pieces.append(delta)
                 yield "token", delta
         except GenerationError as exc:
             self.breaker.record_failure(exc.kind)
             yield "final", self.unavailable(question, plan, hits, f"generation_{exc.kind}")
             return
+        finally:
+            deltas.close()  # a reader that left closes this generator: hang up on the model now
         self.breaker.record_success()
         yield "final", finish("".join(pieces), hits, evidence_confidence(plan, hits), mode="llm",
                               usage=usage[0] if usage else Usage(), model_called=True)

@@ -60,7 +60,8 @@ class Command(BaseCommand):
             p.add_argument("--kb", default=None, help="knowledge base slug (default: RAG_DEFAULT_KB)")
             p.add_argument("--json", action="store_true", help="print JSON for programs and agents")
             if name in ("search", "context", "ask"):
-                p.add_argument("question", help="the question; '-' reads one question per line from stdin")
+                p.add_argument("question", help="the question" + ("; '-' reads one question per line from stdin"
+                                                                   if name == "search" else ""))
                 p.add_argument("--top-k", type=int, default=None, help=f"results for a single-class question (1-{MAX_TOP_K}, default 5)")
                 if name != "ask":
                     p.add_argument("--mode", default="hybrid", choices=["hybrid", "vector", "bm25"])
