@@ -81,7 +81,7 @@ def web_chat(*, question, kb: str | None = None, exclude=()) -> dict:
         _record_failure("chat", request_id, kb, question, exc, started)
         raise
     request_record_write(channel=CHANNEL, kind="chat", request_id=request_id, kb=kb, question=question,
-                         result=outcome.search, answer=outcome.answer,
+                         result=outcome.search, answer=outcome.answer, generate_ms=outcome.generate_ms,
                          latency_ms=(time.perf_counter() - started) * 1000)
     return chat_as_dict(outcome, request_id=request_id)
 
@@ -103,7 +103,7 @@ def web_chat_stream(*, question, kb: str | None = None, exclude=(), cancelled=la
                 yield {"type": "token", "text": value}
             else:
                 request_record_write(channel=CHANNEL, kind="chat", request_id=request_id, kb=kb, question=question,
-                                     result=value.search, answer=value.answer,
+                                     result=value.search, answer=value.answer, generate_ms=value.generate_ms,
                                      latency_ms=(time.perf_counter() - started) * 1000)
                 yield {"type": "final", **chat_as_dict(value, request_id=request_id)}
     except ServiceError as exc:

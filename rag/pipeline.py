@@ -99,6 +99,14 @@ def breaker_key() -> str:
     return f"rag:breaker:{config['GENERATION_BASE_URL']}:{config['GENERATION_MODEL']}"
 
 
+def breaker_state() -> dict | None:
+    """The generation breaker's shared state (for the ops site); None when no model is configured."""
+    if not settings.RAG_ENGINE["GENERATION_BASE_URL"]:
+        return None
+    generator = get_engine().generator
+    return generator.breaker.state() if hasattr(generator, "breaker") else None
+
+
 def make_generator():
     """Return the configured generator: the chat model behind a breaker, or extractive answers."""
     config = settings.RAG_ENGINE

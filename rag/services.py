@@ -265,63 +265,58 @@ class AnswerResult:
     kb: str
     search: SearchResult
     answer: Answer
+    generate_ms: float = 0.0
 
 
 def answer_question(*, kb: str, question, exclude=(), top_k: int | None = None, meter=None) -> AnswerResult:
-    """Search, then answer from the adopted evidence; chitchat, out-of-catalog and empty evidence never
-    reach the model (E7). Search and chat share this retrieval, so one question sees one evidence set.
-
-    `meter`, when given, is a context manager factory entered only around a real model call (the web
-    channel's token pool); it receives the answer's usage through `settle(tokens)`.
-    """
-    result = search(kb=kb, question=question, top_k=top_k, exclude=exclude)
-    hits = list(result.hits)
-    excluded_all = bool(exclude) and not hits
-    answer = answer_without_model(result.plan, hits, excluded_all=excluded_all)
-    if answer is None:
-        generator = get_engine().generator
-        if meter is not None and uses_model(generator):
-            with meter() as spend:
-                answer = generator.run(result.plan.corrected_question, result.plan, hits)
-                spend.settle(answer.usage.total_tokens)
-        else:
-            answer = generator.run(result.plan.corrected_question, result.plan, hits)
-    return AnswerResult(kb=kb, search=result, answer=answer)
+    """Search, then answer from the adopted evidence, in one call (the model answers without streaming)."""
+    for kind, value in answer_question_stream(kb=kb, question=question, exclude=exclude, top_k=top_k, meter=meter,
+                                              stream=False):
+        if kind == "final":
+            return value
+    raise AssertionError("answer_question_stream ended without a final answer")
 
 
 def answer_question_stream(*, kb: str, question, exclude=(), top_k: int | None = None, meter=None,
-                           cancelled=lambda: False):
-    """Like answer_question, as events: ("plan", SearchResult), ("token", text)…, ("final", AnswerResult).
+                           cancelled=lambda: False, stream: bool = True):
+    """Search, then answer: events ("plan", SearchResult), ("token", text)…, ("final", AnswerResult).
 
+    Chitchat, out-of-catalog and empty evidence never reach the model (E7); search and chat share this
+    retrieval, so one question sees one evidence set. `meter`, when given, is a context manager factory
+    entered only around a real model call (the web channel's token pool), settled with the answer's usage.
     When `cancelled()` turns true (the reader went away) the model stream is closed and nothing more is
-    yielded; the caller then records the request as cancelled.
+    yielded; the caller records the request as cancelled.
     """
     result = search(kb=kb, question=question, top_k=top_k, exclude=exclude)
     yield "plan", result
     hits = list(result.hits)
     answer = answer_without_model(result.plan, hits, excluded_all=bool(exclude) and not hits)
-    generator = get_engine().generator
-    if answer is None and hasattr(generator, "stream"):
-        with (meter() if meter is not None else contextlib.nullcontext()) as spend:
-            events = generator.stream(result.plan.corrected_question, result.plan, hits)
-            try:
-                for kind, value in events:
-                    if cancelled():
-                        return
-                    if kind == "token":
-                        yield "token", value
-                    else:
-                        answer = value
-            finally:
-                events.close()
+    started = time.perf_counter()
+    if answer is None:
+        generator = get_engine().generator
+        metered = meter is not None and uses_model(generator)
+        with (meter() if metered else contextlib.nullcontext()) as spend:
+            if stream and hasattr(generator, "stream"):
+                events = generator.stream(result.plan.corrected_question, result.plan, hits)
+                try:
+                    for kind, value in events:
+                        if cancelled():
+                            return
+                        if kind == "token":
+                            yield "token", value
+                        else:
+                            answer = value
+                finally:
+                    events.close()
+            else:
+                answer = generator.run(result.plan.corrected_question, result.plan, hits)
+                yield "token", answer.text
             if spend is not None:
                 spend.settle(answer.usage.total_tokens)
-    elif answer is None:
-        answer = generator.run(result.plan.corrected_question, result.plan, hits)
-        yield "token", answer.text
     else:
         yield "token", answer.text
-    yield "final", AnswerResult(kb=kb, search=result, answer=answer)
+    yield "final", AnswerResult(kb=kb, search=result, answer=answer,
+                                generate_ms=round((time.perf_counter() - started) * 1000, 3))
 
 
 def uses_model(generator) -> bool:
@@ -336,7 +331,7 @@ def new_request_id() -> str:
 
 def request_record_write(*, channel: str, kind: str, request_id: str, kb: str, question: str,
                          result: SearchResult | None = None, answer: Answer | None = None, error_code: str = "",
-                         latency_ms: float = 0.0) -> RequestRecord:
+                         latency_ms: float = 0.0, generate_ms: float | None = None) -> RequestRecord:
     """Store one request with its plan, the top of each route, what was adopted and answered, and its cost."""
     fields = {}
     if result is not None:
@@ -347,7 +342,7 @@ def request_record_write(*, channel: str, kind: str, request_id: str, kb: str, q
             adopted=[{"chunk_id": h.chunk.chunk_id, "score": round(h.score, 6), "class_name": h.chunk.class_name,
                       "member": h.chunk.member, "source": h.chunk.source} for h in result.hits],
             excluded=list(result.excluded),
-            timings=result.timings_ms,
+            timings={**result.timings_ms, **({"generate": generate_ms} if generate_ms is not None else {})},
         )
     if answer is not None:
         fields.update(

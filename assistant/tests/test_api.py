@@ -54,7 +54,9 @@ def test_chat_without_a_model_answers_extractively_with_citations(client, kb):
     assert response.status_code == 200
     assert set(body) >= {"answer", "citations", "confidence", "degraded", "mode", "request_id", "usage"}
     assert body["mode"] == "extractive" and body["citations"] and not body["degraded"]
-    assert RequestRecord.objects.get(request_id=body["request_id"]).mode == "extractive"
+    record = RequestRecord.objects.get(request_id=body["request_id"])
+    assert record.mode == "extractive" and record.citations[0]["chunk_id"] == body["citations"][0]["chunk_id"]
+    assert {"plan", "embed", "dense", "bm25", "fuse", "adopt", "generate"} <= set(record.timings)
 
 
 @pytest.mark.parametrize("payload", [
@@ -115,6 +117,10 @@ def test_a_failing_model_opens_the_breaker_and_answers_degraded_with_evidence(cl
 
     assert len(with_model.calls) == 2
     assert (third["degraded"], third["reason"]) == (True, "circuit_open") and third["citations"]
+    from rag.pipeline import breaker_state
+
+    state = breaker_state()
+    assert state["state"] == "open" and [f["kind"] for f in state["last_failures"]] == ["http", "http"]
     assert RequestRecord.objects.filter(degraded=True).count() == 3
 
 
