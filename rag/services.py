@@ -290,7 +290,8 @@ def answer_question_stream(*, kb: str, question, exclude=(), top_k: int | None =
     result = search(kb=kb, question=question, top_k=top_k, exclude=exclude)
     yield "plan", result
     hits = list(result.hits)
-    answer = answer_without_model(result.plan, hits, excluded_all=bool(exclude) and not hits)
+    answer = answer_without_model(result.plan, hits, excluded_all=bool(exclude) and not hits,
+                                  evidence_floor=result.evidence_floor)
     started = time.perf_counter()
     if answer is None:
         generator = get_engine().generator

@@ -37,6 +37,11 @@ class ChitchatGate:
     margin: float = 0.05
     coverage_weight: float = 0.1
 
+    def floor(self, offtopic_similarity: float | None) -> float | None:
+        """The cosine under which evidence is no closer to the question than everyday small talk is to
+        the corpus: answering from it would be guessing."""
+        return offtopic_similarity
+
     def is_chitchat(self, plan: Plan, best_dense: float, coverage: float, offtopic_similarity: float | None) -> bool:
         if plan.classes or plan.hinted_classes or plan.members or offtopic_similarity is None:
             return False
@@ -154,6 +159,7 @@ class Searcher:
             timings_ms=timings,
             mode=mode,
             version=reader.version,
+            evidence_floor=self.gate.floor(reader.manifest.get("offtopic_similarity")) if dense_scores is not None else None,
         )
 
     def _bm25_routes(self, plan: Plan, tokens: list[str], scores: np.ndarray):
