@@ -6,7 +6,7 @@ import asyncio
 import threading
 
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
-from django.db import close_old_connections
+from django.db import connections
 
 from assistant.api import AskInput
 from assistant.services import web_chat_stream
@@ -44,7 +44,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
                 loop.call_soon_threadsafe(queue.put_nowait, {"type": "error", "code": "service_error",
                                                              "message": "The answer failed."})
             finally:
-                close_old_connections()
+                connections.close_all()  # this executor thread's own connections: none left open idle
                 loop.call_soon_threadsafe(queue.put_nowait, None)
 
         worker = loop.run_in_executor(None, produce)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import pytest_asyncio
 from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.core.cache import cache
@@ -18,6 +19,16 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 @pytest.fixture
 def kb(transactional_db, corpus_copy):
     return make_built_kb(corpus_copy)
+
+
+@pytest_asyncio.fixture(autouse=True)
+async def close_thread_connections():
+    """sync_to_async runs ORM calls on its own thread; close that thread's connections after each test,
+    or PostgreSQL refuses to drop the test database while they stay open."""
+    yield
+    from django.db import connections
+
+    await sync_to_async(connections.close_all)()
 
 
 async def collect(communicator, until="final"):
