@@ -291,7 +291,7 @@ def answer_question_stream(*, kb: str, question, exclude=(), top_k: int | None =
     yield "plan", result
     hits = list(result.hits)
     answer = answer_without_model(result.plan, hits, excluded_all=bool(exclude) and not hits,
-                                  evidence_floor=result.evidence_floor)
+                                  weak_evidence=result.weak_evidence)
     started = time.perf_counter()
     if answer is None:
         generator = get_engine().generator

@@ -413,9 +413,9 @@ class LlmGenerator:
 
 
 def answer_without_model(plan: Plan, hits: list[Hit], *, excluded_all: bool = False,
-                         evidence_floor: float | None = None) -> Answer | None:
+                         weak_evidence: bool = False) -> Answer | None:
     """The paths that never call a model (E7): chitchat, out-of-catalog, and no usable evidence — none
-    adopted, all excluded, or (for a question naming no class or member) none above the evidence floor."""
+    adopted, all excluded, or (for a question naming no class or member) none closer than small talk."""
     if plan.kind == "chitchat":
         return Answer(text=CHITCHAT_REPLY, citations=(), confidence="none", mode="chitchat", reason="chitchat")
     if plan.kind == "out_of_catalog":
@@ -426,7 +426,6 @@ def answer_without_model(plan: Plan, hits: list[Hit], *, excluded_all: bool = Fa
         return Answer(text=INSUFFICIENT, citations=(), confidence="low", mode="empty",
                       reason="all_evidence_excluded" if excluded_all else
                       ("no_class_matched" if not plan.classes else "no_evidence_for_class"))
-    if (evidence_floor is not None and not plan.classes and not plan.members
-            and max(h.raw_score for h in hits) < evidence_floor):
+    if weak_evidence and not plan.classes and not plan.members:
         return Answer(text=INSUFFICIENT, citations=(), confidence="low", mode="empty", reason="below_threshold")
     return None

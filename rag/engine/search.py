@@ -37,15 +37,17 @@ class ChitchatGate:
     margin: float = 0.05
     coverage_weight: float = 0.1
 
-    def floor(self, offtopic_similarity: float | None) -> float | None:
-        """The cosine under which evidence is no closer to the question than everyday small talk is to
-        the corpus: answering from it would be guessing."""
-        return offtopic_similarity
-
     def is_chitchat(self, plan: Plan, best_dense: float, coverage: float, offtopic_similarity: float | None) -> bool:
         if plan.classes or plan.hinted_classes or plan.members or offtopic_similarity is None:
             return False
         return best_dense + self.coverage_weight * coverage < offtopic_similarity + self.margin
+
+    def is_weak(self, plan: Plan, best_dense: float, coverage: float, offtopic_similarity: float | None) -> bool:
+        """Evidence for a question naming no class or member that is no closer than small talk (no margin):
+        an answer from it would be a guess, so it gets "insufficient material" instead."""
+        if plan.classes or plan.members or offtopic_similarity is None:
+            return False
+        return best_dense + self.coverage_weight * coverage < offtopic_similarity
 
 
 @dataclass
@@ -159,7 +161,8 @@ class Searcher:
             timings_ms=timings,
             mode=mode,
             version=reader.version,
-            evidence_floor=self.gate.floor(reader.manifest.get("offtopic_similarity")) if dense_scores is not None else None,
+            weak_evidence=dense_scores is not None and self.gate.is_weak(
+                plan, best_dense, coverage, reader.manifest.get("offtopic_similarity")),
         )
 
     def _bm25_routes(self, plan: Plan, tokens: list[str], scores: np.ndarray):

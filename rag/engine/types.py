@@ -107,4 +107,4 @@ class SearchResult:
     timings_ms: dict = field(default_factory=dict)
     mode: str = "hybrid"
     version: str = ""
-    evidence_floor: float | None = None  # cosine below which evidence is too weak to answer from
+    weak_evidence: bool = False  # nothing found is closer to the question than small talk is to the corpus

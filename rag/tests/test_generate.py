@@ -193,13 +193,12 @@ def test_the_paths_without_evidence_never_call_a_model(llm_server, plan, hits, r
     assert llm_server.calls == []
 
 
-def test_evidence_below_the_floor_is_insufficient_when_no_class_is_named():
+def test_weak_evidence_is_insufficient_when_no_class_is_named():
     weak = [make_hit("far", "### .far\n\n远端面。")]
-    weak = [Hit(chunk=weak[0].chunk, score=0.01, source="rrf", raw_score=0.80)]
     classless = Plan(question="q", corrected_question="q", kind="doc")
 
-    below = answer_without_model(classless, weak, evidence_floor=0.85)
-    named = answer_without_model(PLAN, weak, evidence_floor=0.85)
+    below = answer_without_model(classless, weak, weak_evidence=True)
+    named = answer_without_model(PLAN, weak, weak_evidence=True)
 
     assert (below.mode, below.reason) == ("empty", "below_threshold")
     assert named is None  # a named class is answered from its own chunks
