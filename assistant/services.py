@@ -13,7 +13,7 @@ from django.utils import timezone
 from assistant.models import Feedback, TokenPool
 from rag.errors import ServiceError
 from rag.models import RequestRecord
-from rag.services import answer_question, answer_question_stream, new_request_id, request_record_write, search
+from rag.services import answer_question_stream, new_request_id, request_record_write, search
 from rag.shapes import citation_as_dict, search_as_dict
 
 CHANNEL = "web"
@@ -72,28 +72,28 @@ def web_search(*, question, kb: str | None = None, top_k: int | None = None, exc
 
 def web_chat(*, question, kb: str | None = None, exclude=()) -> dict:
     """Answer a question for the web page; `{answer, citations, confidence, degraded, mode, request_id, usage}`."""
-    kb = kb or settings.RAG_DEFAULT_KB
-    request_id = new_request_id()
-    started = time.perf_counter()
-    try:
-        outcome = answer_question(kb=kb, question=question, exclude=exclude, meter=token_pool_spend)
-    except ServiceError as exc:
-        _record_failure("chat", request_id, kb, question, exc, started)
-        raise
-    request_record_write(channel=CHANNEL, kind="chat", request_id=request_id, kb=kb, question=question,
-                         result=outcome.search, answer=outcome.answer, generate_ms=outcome.generate_ms,
-                         latency_ms=(time.perf_counter() - started) * 1000)
-    return chat_as_dict(outcome, request_id=request_id)
+    for event in _chat_events(question=question, kb=kb, exclude=exclude, stream=False):
+        if event["type"] == "final":
+            return {key: value for key, value in event.items() if key != "type"}
+    raise AssertionError("the answer ended without a final event")
 
 
 def web_chat_stream(*, question, kb: str | None = None, exclude=(), cancelled=lambda: False):
     """Yield the chat page's events as dicts: plan, retrieval, token…, final (the /api/chat object), error."""
+    try:
+        yield from _chat_events(question=question, kb=kb, exclude=exclude, cancelled=cancelled)
+    except ServiceError as exc:
+        yield {"type": "error", **exc.as_dict()}
+
+
+def _chat_events(*, question, kb: str | None, exclude, cancelled=lambda: False, stream: bool = True):
+    """Answer and record one web question as event dicts; a ServiceError is recorded, then raised."""
     kb = kb or settings.RAG_DEFAULT_KB
     request_id = new_request_id()
     started = time.perf_counter()
     try:
         for kind, value in answer_question_stream(kb=kb, question=question, exclude=exclude,
-                                                  meter=token_pool_spend, cancelled=cancelled):
+                                                  meter=token_pool_spend, cancelled=cancelled, stream=stream):
             if kind == "plan":
                 yield {"type": "plan", "request_id": request_id, "kb": kb, "version": value.version,
                        "plan": value.plan.as_dict()}
@@ -108,7 +108,7 @@ def web_chat_stream(*, question, kb: str | None = None, exclude=(), cancelled=la
                 yield {"type": "final", **chat_as_dict(value, request_id=request_id)}
     except ServiceError as exc:
         _record_failure("chat", request_id, kb, question, exc, started)
-        yield {"type": "error", "request_id": request_id, **exc.as_dict()}
+        raise
     if cancelled():
         _record_failure("chat", request_id, kb, question, ServiceError("cancelled", "the reader went away"), started)
 
