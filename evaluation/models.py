@@ -1,3 +1,1 @@
-from django.db import models
-
-# Create your models here.
+"""Golden sets, eval runs and release gates (a coming release; see ../shared/SPEC.md)."""

@@ -1,3 +1,1 @@
-from django.db import models
-
-# Create your models here.
+"""The read-only ops site (a coming release; see ../shared/SPEC.md)."""

@@ -6,17 +6,15 @@ import contextlib
 import logging
 import secrets
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from dataclasses import dataclass
-
 from rag.engine.chunk import chunk_documents
 from rag.engine.generate import Answer, answer_without_model
-from rag.engine.index import IndexError_
 from rag.engine.ingest import IngestError, read_folder
 from rag.engine.search import MODES
 from rag.engine.text import sha1
@@ -146,7 +144,7 @@ def index_build(kb: KnowledgeBase, *, progress=None, activate: bool = True) -> I
             counts[chunk.source] = counts.get(chunk.source, 0) + 1
         report = engine.store.build(kb.slug, version.name, chunks, engine.embedder,
                                     progress=_with_heartbeat(version, progress))
-    except (IndexError_, Exception) as exc:  # noqa: BLE001 - any failure must leave the active version as it was
+    except Exception as exc:  # noqa: BLE001 - any failure (IndexError_ or other) must leave the active version as it was
         log.exception("index build of %s failed", kb.slug)
         version.status = IndexVersion.Status.FAILED
         version.error = f"{type(exc).__name__}: {exc}"[:2000]
