@@ -6,6 +6,7 @@ OpenAI-compatible embedding endpoint is a real HTTP server on 127.0.0.1 started 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import os
@@ -154,6 +155,40 @@ class EmbeddingServer:
     requests: list = field(default_factory=list)  # (path, headers, body)
 
 
+class JsonHandler(BaseHTTPRequestHandler):
+    """A fake OpenAI-compatible endpoint: reads a JSON body, answers JSON, keeps test output quiet."""
+
+    def read_json(self) -> dict:
+        length = int(self.headers.get("Content-Length", 0))
+        return json.loads(self.rfile.read(length) or b"{}")
+
+    def send_json(self, status: int, payload: dict) -> None:
+        raw = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
+
+    def log_message(self, *args):
+        pass
+
+
+@contextlib.contextmanager
+def serve_on_loopback(handler):
+    """Run an HTTP server on a free 127.0.0.1 port in a thread; yield its `/v1` base URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
 def _vector_for(position: int, dimension: int) -> list[float]:
     """A deliberately unnormalised vector: 3, 4, then position + 1, then zeros."""
     vector = [0.0] * dimension
@@ -167,38 +202,21 @@ def embedding_server():
     """A real HTTP server on 127.0.0.1 speaking the OpenAI `/v1/embeddings` JSON shape."""
     state = EmbeddingServer(url="")
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(JsonHandler):
         def do_POST(self):  # noqa: N802 - the http.server API
-            length = int(self.headers.get("Content-Length", 0))
-            body = json.loads(self.rfile.read(length) or b"{}")
+            body = self.read_json()
             state.requests.append((self.path, dict(self.headers), body))
             if state.status != 200 or self.path != "/v1/embeddings":
-                self._send(state.status if self.path == "/v1/embeddings" else 404, {"error": "boom"})
+                self.send_json(state.status if self.path == "/v1/embeddings" else 404, {"error": "boom"})
                 return
             dimension = state.dimension + (1 if state.wrong_dimension else 0)
             data = [{"object": "embedding", "index": i, "embedding": _vector_for(i, dimension)}
                     for i, _ in enumerate(body["input"])]
-            self._send(200, {"object": "list", "data": list(reversed(data)), "model": body.get("model")})
+            self.send_json(200, {"object": "list", "data": list(reversed(data)), "model": body.get("model")})
 
-        def _send(self, status: int, payload: dict) -> None:
-            raw = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(raw)))
-            self.end_headers()
-            self.wfile.write(raw)
-
-        def log_message(self, *args):  # keep test output quiet
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    state.url = f"http://127.0.0.1:{server.server_address[1]}/v1"
-    yield state
-    server.shutdown()
-    server.server_close()
-    thread.join(timeout=5)
+    with serve_on_loopback(Handler) as url:
+        state.url = url
+        yield state
 
 
 
@@ -230,25 +248,24 @@ def llm_server():
 
     state = LlmServer(url="")
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(JsonHandler):
         protocol_version = "HTTP/1.1"
 
         def do_POST(self):  # noqa: N802 - the http.server API
-            length = int(self.headers.get("Content-Length", 0))
-            body = json.loads(self.rfile.read(length) or b"{}")
+            body = self.read_json()
             state.calls.append({"path": self.path, "headers": dict(self.headers), "body": body})
             kind, text = state.replies.pop(0) if state.replies else ("ok", state.default_text)
             if self.path != "/v1/chat/completions":
-                return self._json(404, {"error": "not found"})
+                return self.send_json(404, {"error": "not found"})
             if kind == "500":
-                return self._json(500, {"error": {"message": "upstream exploded"}})
+                return self.send_json(500, {"error": {"message": "upstream exploded"}})
             if kind == "slow":
                 _time.sleep(state.delay)
             if kind == "malformed":
-                return self._json(200, {"unexpected": True}) if not body.get("stream") else self._sse(["{not json"])
+                return self.send_json(200, {"unexpected": True}) if not body.get("stream") else self._sse(["{not json"])
             usage = {"prompt_tokens": 120, "completion_tokens": max(1, len(text) // 4)}
             if not body.get("stream"):
-                return self._json(200, {"id": "x", "object": "chat.completion", "model": body.get("model"),
+                return self.send_json(200, {"id": "x", "object": "chat.completion", "model": body.get("model"),
                                         "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
                                                      "finish_reason": "stop"}], "usage": usage})
             if kind == "cut":
@@ -259,14 +276,6 @@ def llm_server():
             events = [json.dumps({"choices": [{"index": 0, "delta": {"content": w}}]}) for w in words]
             events.append(json.dumps({"choices": [], "usage": usage}))
             return self._sse(events + ["[DONE]"])
-
-        def _json(self, status, payload):
-            raw = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(raw)))
-            self.end_headers()
-            self.wfile.write(raw)
 
         def _drip(self, words):
             self.send_response(200)
@@ -292,15 +301,6 @@ def llm_server():
             self.end_headers()
             self.wfile.write(raw)
 
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    state.url = f"http://127.0.0.1:{server.server_address[1]}/v1"
-    yield state
-    server.shutdown()
-    server.server_close()
-    thread.join(timeout=5)
+    with serve_on_loopback(Handler) as url:
+        state.url = url
+        yield state

@@ -94,14 +94,14 @@ def _chat_events(*, question, kb: str | None, exclude, cancelled=lambda: False, 
     try:
         for kind, value in answer_question_stream(kb=kb, question=question, exclude=exclude,
                                                   meter=token_pool_spend, cancelled=cancelled, stream=stream):
-            if kind == "plan":
+            if kind == "plan" and stream:  # a whole answer (/api/chat) only needs the final event
                 yield {"type": "plan", "request_id": request_id, "kb": kb, "version": value.version,
                        "plan": value.plan.as_dict()}
                 yield {"type": "retrieval", "request_id": request_id,
                        "results": search_as_dict(value, kb=kb, question=question, top_k=None)["results"]}
-            elif kind == "token":
+            elif kind == "token" and stream:
                 yield {"type": "token", "text": value}
-            else:
+            elif kind == "final":
                 request_record_write(channel=CHANNEL, kind="chat", request_id=request_id, kb=kb, question=question,
                                      result=value.search, answer=value.answer, generate_ms=value.generate_ms,
                                      latency_ms=(time.perf_counter() - started) * 1000)

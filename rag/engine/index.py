@@ -336,8 +336,20 @@ class VersionReader:
     bm25: object
     vectors: np.ndarray | None
     table: object
-    chunk_classes: np.ndarray = field(default=None)
+    head: object  # BM25 over member names and first sentences
+    _class_token_cache: dict = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def __post_init__(self) -> None:
+        """Derive the per-chunk lookups a search needs: class codes, chunk ids, member positions."""
+        self._class_codes = {name: i for i, name in enumerate(sorted({c.class_name for c in self.chunks}))}
+        self.chunk_classes = np.array([self._class_codes[c.class_name] for c in self.chunks], dtype=np.int32)
+        self._id_index = {c.chunk_id: i for i, c in enumerate(self.chunks)}
+        members: dict[str, list[int]] = {}
+        for i, chunk in enumerate(self.chunks):
+            if chunk.member:
+                members.setdefault(chunk.member, []).append(i)
+        self._member_positions = {m: np.array(p, dtype=np.int64) for m, p in members.items()}
 
     @classmethod
     def open(cls, store: IndexStore, kb: str, version: str, *, manifest: dict | None = None) -> "VersionReader":
@@ -365,19 +377,7 @@ class VersionReader:
             head = bm25s.BM25.load(str(folder / "bm25_head"), show_progress=False, verbosity=0)
         else:  # a version built before head indexes existed
             head = build_head_index(chunks)
-        names = sorted({c.class_name for c in chunks})
-        code = {n: i for i, n in enumerate(names)}
-        reader = cls(kb, version, manifest, chunks, catalog, bm25, vectors, table if not in_memory else None)
-        reader.head = head
-        reader.chunk_classes = np.array([code[c.class_name] for c in chunks], dtype=np.int32)
-        reader._class_codes = code
-        reader._id_index = {c.chunk_id: i for i, c in enumerate(chunks)}
-        members: dict[str, list[int]] = {}
-        for i, c in enumerate(chunks):
-            if c.member:
-                members.setdefault(c.member, []).append(i)
-        reader._member_positions = {m: np.array(p, dtype=np.int64) for m, p in members.items()}
-        return reader
+        return cls(kb, version, manifest, chunks, catalog, bm25, vectors, table if not in_memory else None, head)
 
     @property
     def count(self) -> int:
@@ -396,6 +396,15 @@ class VersionReader:
         if code is None:
             return np.zeros(len(self.chunks), dtype=bool)
         return self.chunk_classes == code
+
+    def class_tokens(self, name: str) -> frozenset[str]:
+        """The BM25 tokens of a class's own names (Latin and Chinese), tokenized once per version."""
+        cached = self._class_token_cache.get(name)
+        if cached is None:
+            entry = self.catalog.classes.get(name, {})
+            cached = frozenset(tokenize(f"{name} {entry.get('alias', '')}"))
+            self._class_token_cache[name] = cached
+        return cached
 
     def member_mask(self, member: str) -> np.ndarray:
         mask = np.zeros(len(self.chunks), dtype=bool)

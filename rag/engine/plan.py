@@ -48,11 +48,9 @@ class Planner:
     _han_aliases: list[tuple[str, str]] = field(default_factory=list, repr=False)
     _phrases: dict[str, str] = field(default_factory=dict, repr=False)
     _phrase_re: re.Pattern | None = field(default=None, repr=False)
-    _class_names: list[str] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
-        self._class_names = sorted(self.catalog.classes)
-        self._lower_classes = {n.lower(): n for n in self._class_names}
+        self._lower_classes = {n.lower(): n for n in sorted(self.catalog.classes)}
         for name, entry in self.catalog.classes.items():
             for member in entry["members"]:
                 self._members.setdefault(member, set()).add(name)

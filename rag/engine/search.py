@@ -179,8 +179,7 @@ class Searcher:
         for name in list(plan.classes) + list(plan.hinted_classes):
             if routes >= MAX_BM25_ROUTES:
                 return
-            entry = reader.catalog.classes.get(name, {})
-            own = set(tokenize(f"{name} {entry.get('alias', '')}"))
+            own = reader.class_tokens(name)
             residual = [t for t in tokens if t not in own]
             class_scores = reader.bm25_scores(residual) if residual != tokens else scores
             mask = reader.class_mask(name) & (class_scores > 0)
@@ -191,9 +190,7 @@ class Searcher:
         for name in plan.classes[:2]:
             if routes >= MAX_BM25_ROUTES:
                 return
-            entry = reader.catalog.classes.get(name, {})
-            own = set(tokenize(f"{name} {entry.get('alias', '')}"))
-            head_scores = reader.head_scores(plan.corrected_question, drop=own)
+            head_scores = reader.head_scores(plan.corrected_question, drop=reader.class_tokens(name))
             ids, values = top_positions(head_scores, self.depth, mask=reader.class_mask(name) & (head_scores > 0))
             if ids:
                 yield f"bm25:head:{name}", ids, values

@@ -55,11 +55,10 @@ class HashEmbedder:
 
 
 @dataclasses.dataclass
-class FailingEmbedder:
-    """Delegate to a real embedder, but raise in one of its methods."""
+class DelegatingEmbedder:
+    """Pass everything to a real embedder; subclasses change one behaviour."""
 
     inner: object
-    fail_in: str  # "embed_passages" or "embed_query"
 
     @property
     def model_id(self):
@@ -71,6 +70,19 @@ class FailingEmbedder:
 
     def open(self):
         pass
+
+    def embed_passages(self, texts):
+        return self.inner.embed_passages(texts)
+
+    def embed_query(self, text):
+        return self.inner.embed_query(text)
+
+
+@dataclasses.dataclass
+class FailingEmbedder(DelegatingEmbedder):
+    """Delegate to a real embedder, but raise in one of its methods."""
+
+    fail_in: str = "embed_passages"  # or "embed_query"
 
     def embed_passages(self, texts):
         if self.fail_in == "embed_passages":
@@ -84,25 +96,9 @@ class FailingEmbedder:
 
 
 @dataclasses.dataclass
-class WrongDimensionEmbedder:
-    inner: object
-
-    @property
-    def model_id(self):
-        return self.inner.model_id
-
-    @property
-    def dimension(self):
-        return self.inner.dimension
-
-    def open(self):
-        pass
-
+class WrongDimensionEmbedder(DelegatingEmbedder):
     def embed_passages(self, texts):
         return np.ones((len(texts), 8), dtype=np.float32)
-
-    def embed_query(self, text):
-        return self.inner.embed_query(text)
 
 
 # -- building versions -------------------------------------------------------------------------------

@@ -87,7 +87,7 @@ class Command(BaseCommand):
 
     # -- output --------------------------------------------------------------------------------------
 
-    def _emit(self, action: str, payload: dict, *, human=None) -> None:
+    def _emit(self, action: str, payload: dict) -> None:
         if self.as_json:
             self.stdout.write(json.dumps({"ok": True, "command": action, **payload}, ensure_ascii=False))
         else:
