@@ -1,14 +1,53 @@
-from django.contrib import admin, messages
+import datetime
 
-from apikeys.models import ApiKey
+from django.contrib import admin, messages
+from django.db.models import Q, Sum
+from django.utils import timezone
+
+from apikeys.models import ApiKey, ApiKeyUsage
 from apikeys.services import api_key_issue, api_key_revoke, api_key_rotate
+
+
+class UsageInline(admin.TabularInline):
+    """The last two weeks of usage, per day and tool (read-only)."""
+
+    model = ApiKeyUsage
+    fields = readonly_fields = ("day", "tool", "calls", "failures", "prompt_tokens", "completion_tokens")
+    extra = 0
+    can_delete = False
+    max_num = 0
+    verbose_name_plural = "usage (last 14 days)"
+
+    def get_queryset(self, request):
+        since = timezone.localdate() - datetime.timedelta(days=14)
+        return super().get_queryset(request).filter(day__gt=since)
+
+
+@admin.register(ApiKeyUsage)
+class ApiKeyUsageAdmin(admin.ModelAdmin):
+    """Calls and tokens per key, tool and day; written by the MCP service only."""
+
+    list_display = ("day", "key", "tool", "calls", "failures", "prompt_tokens", "completion_tokens")
+    list_filter = ("day", "tool")
+    search_fields = ("key__prefix", "key__name", "key__owner__username")
+    list_select_related = ("key",)
+    date_hierarchy = "day"
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
 
 
 @admin.register(ApiKey)
 class ApiKeyAdmin(admin.ModelAdmin):
     """Keys are created here; the whole key is shown once, in the message after saving."""
 
-    list_display = ("prefix", "name", "owner", "created_at", "last_used_at", "state", "daily_quota",
+    list_display = ("prefix", "name", "owner", "created_at", "last_used_at", "state", "calls_today", "daily_quota",
                     "rate_limit_per_minute")
     list_filter = ("revoked_at",)
     search_fields = ("prefix", "name", "owner__username")
@@ -16,6 +55,18 @@ class ApiKeyAdmin(admin.ModelAdmin):
               "last_used_at", "revoked_at")
     readonly_fields = ("prefix", "created_at", "last_used_at", "revoked_at")
     actions = ["revoke", "rotate"]
+
+    def get_inlines(self, request, obj):
+        return [UsageInline] if obj else []  # a new key has no usage yet
+
+    def get_queryset(self, request):
+        today = timezone.localdate()
+        return super().get_queryset(request).select_related("owner").annotate(
+            _calls_today=Sum("usage__calls", filter=Q(usage__day=today)))
+
+    @admin.display(description="calls today", ordering="_calls_today")
+    def calls_today(self, obj) -> int:
+        return obj._calls_today or 0
 
     def save_model(self, request, obj, form, change):
         if change:

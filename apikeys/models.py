@@ -31,3 +31,29 @@ class ApiKey(models.Model):
         if self.expires_at and self.expires_at <= timezone.now():
             return "expired"
         return "active"
+
+
+class ApiKeyUsage(models.Model):
+    """Calls and tokens of one key, one tool, one local day. Calls are counted when a call is admitted
+    (so a daily quota is enforced on them); tokens and failures when it finishes."""
+
+    key = models.ForeignKey(ApiKey, on_delete=models.CASCADE, related_name="usage")
+    day = models.DateField()
+    tool = models.CharField(max_length=64)
+    calls = models.PositiveIntegerField(default=0)
+    failures = models.PositiveIntegerField(default=0)
+    prompt_tokens = models.PositiveBigIntegerField(default=0)
+    completion_tokens = models.PositiveBigIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-day", "tool"]
+        verbose_name = "API key usage"
+        verbose_name_plural = "API key usage"
+        constraints = [models.UniqueConstraint(fields=["key", "day", "tool"], name="api_key_usage_unique_day_tool")]
+
+    def __str__(self) -> str:
+        return f"{self.key.prefix} {self.day} {self.tool}: {self.calls}"
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens

@@ -3,16 +3,19 @@ SHA-256 of the whole key is compared in constant time, and the key itself is nev
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import hmac
 import secrets
 import string
+import time
 
 from django.core.cache import cache
 from django.db import transaction
+from django.db.models import F, Sum
 from django.utils import timezone
 
-from apikeys.models import ApiKey
+from apikeys.models import ApiKey, ApiKeyUsage
 from rag.errors import ServiceError
 
 PREFIX_ALPHABET = string.ascii_lowercase + string.digits
@@ -92,3 +95,89 @@ def api_key_authenticate(*, raw: str | None, address: str = "") -> ApiKey:
     if record.last_used_at is None or (now - record.last_used_at).total_seconds() >= LAST_USED_PRECISION:
         ApiKey.objects.filter(pk=record.pk).update(last_used_at=now)
     return record
+
+
+def _seconds_to_midnight() -> int:
+    now = timezone.localtime()
+    midnight = datetime.datetime.combine(now.date() + datetime.timedelta(days=1), datetime.time(),
+                                         tzinfo=now.tzinfo)
+    return max(1, int((midnight - now).total_seconds()))
+
+
+def _limit_headers(limit: int, remaining: int, reset: int) -> dict[str, str]:
+    """The IETF RateLimit header fields (draft-ietf-httpapi-ratelimit-headers): limit, remaining, reset."""
+    return {"RateLimit-Limit": str(limit), "RateLimit-Remaining": str(max(0, remaining)), "RateLimit-Reset": str(reset)}
+
+
+def _minute_count(key: ApiKey) -> tuple[int, int]:
+    """Count a call in the key's current one-minute window; return (calls in the window, seconds to its end)."""
+    now = time.time()
+    name = f"apikeys:rate:{key.pk}:{int(now // 60)}"
+    cache.add(name, 0, 120)
+    try:
+        count = cache.incr(name)
+    except ValueError:  # expired between add and incr
+        cache.set(name, 1, 120)
+        count = 1
+    return count, max(1, 60 - int(now % 60))
+
+
+def api_key_admit_call(*, key: ApiKey, tool: str) -> dict[str, str]:
+    """Count one call of `tool` on `key`: against its per-minute rate, then its daily quota (both optional).
+
+    Returns the RateLimit-* headers for the tighter of the two limits; raises 429 `rate_limited` or
+    `quota_exceeded` (with Retry-After) when spent. A refused call is not counted in the day's usage.
+    The day's row is incremented first and the total checked after, so concurrent calls never overshoot.
+    """
+    headers: dict[str, str] = {}
+    if key.rate_limit_per_minute:
+        count, reset = _minute_count(key)
+        headers = _limit_headers(key.rate_limit_per_minute, key.rate_limit_per_minute - count, reset)
+        if count > key.rate_limit_per_minute:
+            raise ServiceError("rate_limited", f"This key may make {key.rate_limit_per_minute} calls per minute; "
+                               f"try again in {reset} s.", status=429, headers={**headers, "Retry-After": str(reset)})
+    today = timezone.localdate()
+    row, _ = ApiKeyUsage.objects.get_or_create(key=key, day=today, tool=tool)
+    ApiKeyUsage.objects.filter(pk=row.pk).update(calls=F("calls") + 1)
+    if key.daily_quota:
+        used = ApiKeyUsage.objects.filter(key=key, day=today).aggregate(n=Sum("calls"))["n"] or 0
+        reset = _seconds_to_midnight()
+        if used > key.daily_quota:
+            ApiKeyUsage.objects.filter(pk=row.pk).update(calls=F("calls") - 1)
+            spent = _limit_headers(key.daily_quota, 0, reset)
+            raise ServiceError("quota_exceeded", f"This key's daily quota of {key.daily_quota} calls is spent; "
+                               "it refills at midnight.", status=429, headers={**spent, "Retry-After": str(reset)})
+        remaining = key.daily_quota - used
+        if not headers or remaining < int(headers["RateLimit-Remaining"]):
+            headers = _limit_headers(key.daily_quota, remaining, reset)
+    return headers
+
+
+def api_key_usage_settle(*, key_id: int, tool: str, prompt_tokens: int = 0, completion_tokens: int = 0,
+                         failed: bool = False) -> None:
+    """Add a finished call's tokens (and failure) to today's usage row of its key and tool."""
+    today = timezone.localdate()
+    row, _ = ApiKeyUsage.objects.get_or_create(key_id=key_id, day=today, tool=tool)
+    ApiKeyUsage.objects.filter(pk=row.pk).update(
+        prompt_tokens=F("prompt_tokens") + prompt_tokens, completion_tokens=F("completion_tokens") + completion_tokens,
+        failures=F("failures") + int(failed))
+
+
+def api_key_usage_summary(*, key: ApiKey, days: int = 30) -> dict:
+    """What a key's owner may read about it: state, limits, today's calls and per-day, per-tool usage."""
+    today = timezone.localdate()
+    rows = ApiKeyUsage.objects.filter(key=key, day__gt=today - datetime.timedelta(days=days)).order_by("-day", "tool")
+    calls_today = sum(r.calls for r in rows if r.day == today)
+    return {
+        "key": key.prefix,
+        "name": key.name,
+        "state": key.state,
+        "created_at": key.created_at.isoformat(),
+        "expires_at": key.expires_at.isoformat() if key.expires_at else None,
+        "daily_quota": key.daily_quota,
+        "rate_limit_per_minute": key.rate_limit_per_minute,
+        "today": {"day": today.isoformat(), "calls": calls_today,
+                  "remaining": max(0, key.daily_quota - calls_today) if key.daily_quota else None},
+        "usage": [{"day": r.day.isoformat(), "tool": r.tool, "calls": r.calls, "failures": r.failures,
+                   "prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens} for r in rows],
+    }

@@ -11,6 +11,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from assistant.models import Feedback, TokenPool
+from rag import live
 from rag.errors import ServiceError
 from rag.models import RequestRecord
 from rag.services import answer_question_stream, new_request_id, request_record_write, search
@@ -61,7 +62,8 @@ def web_search(*, question, kb: str | None = None, top_k: int | None = None, exc
     request_id = new_request_id()
     started = time.perf_counter()
     try:
-        result = search(kb=kb, question=question, top_k=top_k, exclude=exclude)
+        with live.in_flight(CHANNEL):
+            result = search(kb=kb, question=question, top_k=top_k, exclude=exclude)
     except ServiceError as exc:
         _record_failure("search", request_id, kb, question, exc, started)
         raise
@@ -88,6 +90,12 @@ def web_chat_stream(*, question, kb: str | None = None, exclude=(), cancelled=la
 
 def _chat_events(*, question, kb: str | None, exclude, cancelled=lambda: False, stream: bool = True):
     """Answer and record one web question as event dicts; a ServiceError is recorded, then raised."""
+    with live.in_flight(CHANNEL):
+        yield from _chat_events_counted(question=question, kb=kb, exclude=exclude, cancelled=cancelled,
+                                        stream=stream)
+
+
+def _chat_events_counted(*, question, kb: str | None, exclude, cancelled, stream: bool):
     kb = kb or settings.RAG_DEFAULT_KB
     request_id = new_request_id()
     started = time.perf_counter()

@@ -1,4 +1,5 @@
-"""`make bench-load`: latency and throughput of /api/search and /api/chat (extractive) on a live Daphne.
+"""`make bench-load`: latency and throughput of /api/search, /api/chat (extractive) and the two MCP tools
+(SDK client over streamable HTTP, one session per client, with an API key) on a live Daphne.
 
 Loopback only, bounded: each level sends at most --requests requests or runs --seconds, whichever ends
 first. Uses the data directory of `make run` (migrates and indexes docs/ first if needed).
@@ -7,6 +8,7 @@ first. Uses the data directory of `make run` (migrates and indexes docs/ first i
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import socket
@@ -72,6 +74,46 @@ def run_level(url: str, path: str, clients: int, total: int, seconds: float) -> 
             "rps": round(len(latencies) / wall, 1)}
 
 
+def run_mcp_level(url: str, key: str, tool: str, clients: int, total: int, seconds: float) -> dict:
+    """Like run_level, for one MCP tool: each client opens its own session (with the key) and calls in turn."""
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    latencies, errors = [], []
+    counter = iter(range(total))
+    deadline = time.monotonic() + seconds
+
+    async def client():
+        http = create_mcp_http_client(headers={"Authorization": f"Bearer {key}"})
+        async with http, Client(streamable_http_client(url + "/mcp", http_client=http), mode="legacy") as session:
+            while time.monotonic() < deadline and (number := next(counter, None)) is not None:
+                question = f"{QUESTIONS[number % len(QUESTIONS)]} #{tool[:3]}{clients}-{number}"
+                started = time.perf_counter()
+                result = await session.call_tool(tool, {"question": question})
+                elapsed = (time.perf_counter() - started) * 1000
+                (errors if result.is_error else latencies).append(elapsed)
+
+    async def level():
+        started = time.perf_counter()
+        await asyncio.gather(*(client() for _ in range(clients)))
+        return time.perf_counter() - started
+
+    wall = asyncio.run(level())
+    return {"clients": clients, "requests": len(latencies), "errors": len(errors),
+            "p50_ms": round(statistics.median(latencies), 1) if latencies else None,
+            "p95_ms": round(pct(latencies, 0.95), 1) if latencies else None,
+            "rps": round(len(latencies) / wall, 1)}
+
+
+ISSUE_KEY = """
+from django.contrib.auth import get_user_model
+from apikeys.services import api_key_issue
+user, _ = get_user_model().objects.get_or_create(username="bench-load")
+print(api_key_issue(owner=user, name="make bench-load")[1])
+"""
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--requests", type=int, default=120, help="requests per level at most")
@@ -82,6 +124,8 @@ def main() -> int:
     subprocess.run(manage + ["migrate", "--noinput", "-v0"], cwd=ROOT, env=env, check=True)
     subprocess.run(manage + ["rag", "reindex", "--if-changed"], cwd=ROOT, env=env, check=True,
                    stdout=subprocess.DEVNULL)
+    key = subprocess.run(manage + ["shell", "-c", ISSUE_KEY], cwd=ROOT, env=env, check=True, capture_output=True,
+                         text=True).stdout.strip().splitlines()[-1]
     port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
                                "ragsite.asgi:application"], cwd=ROOT, env=env,
@@ -98,13 +142,17 @@ def main() -> int:
         results = {}
         for path in ("/api/search", "/api/chat"):
             results[path] = [run_level(url, path, clients, args.requests, args.seconds) for clients in (1, 4, 16)]
+        slug = os.environ.get("RAG_PRODUCT_SLUG", "sdk")
+        for tool in (f"search_{slug}_docs", f"ask_{slug}_docs"):
+            results["mcp " + tool] = [run_mcp_level(url, key, tool, clients, args.requests, args.seconds)
+                                      for clients in (1, 4, 16)]
     finally:
         server.terminate()
         server.wait(timeout=10)
-    print(f"{'endpoint':14s} {'clients':>7s} {'requests':>8s} {'errors':>6s} {'p50 ms':>8s} {'p95 ms':>8s} {'req/s':>7s}")
+    print(f"{'endpoint':20s} {'clients':>7s} {'requests':>8s} {'errors':>6s} {'p50 ms':>8s} {'p95 ms':>8s} {'req/s':>7s}")
     for path, levels in results.items():
         for r in levels:
-            print(f"{path:14s} {r['clients']:7d} {r['requests']:8d} {r['errors']:6d} {r['p50_ms']:8} {r['p95_ms']:8} {r['rps']:7}")
+            print(f"{path:20s} {r['clients']:7d} {r['requests']:8d} {r['errors']:6d} {r['p50_ms']:8} {r['p95_ms']:8} {r['rps']:7}")
     out = Path(os.environ.get("RAG_DATA_DIR", ROOT / "data")) / "bench" / "load.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=1))

@@ -9,7 +9,7 @@ from rag.errors import ServiceError
 
 def exception_handler(exc, context):
     if isinstance(exc, ServiceError):
-        return Response(exc.as_dict(), status=exc.status)
+        return Response(exc.as_dict(), status=exc.status, headers=exc.headers or None)
     response = drf_exception_handler(exc, context)
     if response is not None and isinstance(exc, exceptions.ValidationError):
         response.data = {"code": "invalid_request", "message": "The request is not valid.", "fields": response.data}

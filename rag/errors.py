@@ -4,10 +4,11 @@
 class ServiceError(Exception):
     status = 400
 
-    def __init__(self, code: str, message: str, *, status: int | None = None):
+    def __init__(self, code: str, message: str, *, status: int | None = None, headers: dict | None = None):
         super().__init__(message)
         self.code = code
         self.message = message
+        self.headers = dict(headers or {})  # e.g. Retry-After and RateLimit-* on a 429
         if status is not None:
             self.status = status
 

@@ -120,11 +120,19 @@ class RequestRecord(models.Model):
     completion_tokens = models.PositiveIntegerField(default=0)
     latency_ms = models.FloatField(default=0)
     timings = models.JSONField(default=dict, blank=True)
+    # Who called, through what (MCP): the key's public prefix (never the key), the tool, its arguments,
+    # the MCP session and the transport (http or stdio).
+    api_key_prefix = models.CharField(max_length=16, blank=True)
+    tool = models.CharField(max_length=64, blank=True)
+    arguments = models.JSONField(default=dict, blank=True)
+    session_id = models.CharField(max_length=64, blank=True)
+    transport = models.CharField(max_length=8, blank=True)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
 
     class Meta:
         ordering = ["-created_at"]
-        indexes = [models.Index(fields=["channel", "created_at"])]
+        indexes = [models.Index(fields=["channel", "created_at"]),
+                   models.Index(fields=["api_key_prefix", "created_at"])]
 
     def __str__(self) -> str:
         return f"{self.channel}:{self.request_id}"

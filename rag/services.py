@@ -258,6 +258,12 @@ def search(
     return searcher.run(question, mode=mode, top_k=top_k, exclude=tuple(exclude))
 
 
+def index_version_built_at(*, kb: str, version: str) -> str | None:
+    """When a version of a knowledge base was built (ISO 8601), so a reader knows which docs it read."""
+    built_at = IndexVersion.objects.filter(kb__slug=kb, name=version).values_list("built_at", flat=True).first()
+    return built_at.isoformat() if built_at else None
+
+
 @dataclass(frozen=True)
 class AnswerResult:
     kb: str
@@ -328,11 +334,18 @@ def new_request_id() -> str:
     return "req_" + uuid.uuid4().hex
 
 
+CALLER_FIELDS = ("api_key_prefix", "tool", "arguments", "session_id", "transport")
+
+
 def request_record_write(*, channel: str, kind: str, request_id: str, kb: str, question: str,
                          result: SearchResult | None = None, answer: Answer | None = None, error_code: str = "",
-                         latency_ms: float = 0.0, generate_ms: float | None = None) -> RequestRecord:
-    """Store one request with its plan, the top of each route, what was adopted and answered, and its cost."""
-    fields = {}
+                         latency_ms: float = 0.0, generate_ms: float | None = None,
+                         caller: dict | None = None) -> RequestRecord:
+    """Store one request with its plan, the top of each route, what was adopted and answered, and its cost.
+
+    `caller` names who asked through what: api_key_prefix, tool, arguments, session_id, transport (MCP).
+    """
+    fields = {key: value for key, value in (caller or {}).items() if key in CALLER_FIELDS}
     if result is not None:
         fields.update(
             index_version=result.version,

@@ -1,4 +1,4 @@
-"""ASGI entry point: Django over HTTP, Channels for WebSockets (served by Daphne)."""
+"""ASGI entry point: Django over HTTP, the MCP service at /mcp, Channels for WebSockets (served by Daphne)."""
 
 import os
 
@@ -11,9 +11,21 @@ from django.core.asgi import get_asgi_application  # noqa: E402
 
 django_application = get_asgi_application()
 
-from assistant.routing import websocket_urlpatterns  # noqa: E402  (needs the apps loaded above)
+from apikeys.mcp.http import McpHttpApp, is_mcp_path  # noqa: E402  (needs the apps loaded above)
+from assistant.routing import websocket_urlpatterns  # noqa: E402
+
+mcp_application = McpHttpApp()
+
+
+async def http_application(scope, receive, send):
+    if is_mcp_path(scope["path"]):
+        await mcp_application(scope, receive, send)
+    else:
+        await django_application(scope, receive, send)
+
 
 application = ProtocolTypeRouter({
-    "http": django_application,
+    "http": http_application,
     "websocket": AllowedHostsOriginValidator(URLRouter(websocket_urlpatterns)),
+    "lifespan": mcp_application.lifespan,  # sent by uvicorn and hypercorn; Daphne sends none (see McpHttpApp)
 })

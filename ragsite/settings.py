@@ -151,10 +151,21 @@ RAG_WEB_TOKEN_ESTIMATE = env_int("RAG_WEB_TOKEN_ESTIMATE", default=3_000, minimu
 RAG_DEFAULT_KB = env_str("RAG_DEFAULT_KB", default="docs")
 RAG_DEFAULT_KB_SOURCE = env_str("RAG_DEFAULT_KB_SOURCE", default=str(BASE_DIR / "docs"))
 
+# The MCP service (apikeys/mcp): tools are named search_<slug>_docs and ask_<slug>_docs.
+RAG_PRODUCT_SLUG = env_str("RAG_PRODUCT_SLUG", default="sdk")
+RAG_PRODUCT_NAME = env_str("RAG_PRODUCT_NAME", default="the SDK")
+RAG_MCP_REQUIRE_KEY = env_bool("RAG_MCP_REQUIRE_KEY", default=not DEBUG)  # production mode: Bearer key on every call
+# Browser origins allowed to call /mcp (DNS-rebinding protection); requests without an Origin header pass.
+RAG_MCP_ALLOWED_ORIGINS = env_list(
+    "RAG_MCP_ALLOWED_ORIGINS", default=["http://localhost:*", "http://127.0.0.1:*", "http://[::1]:*"])
+RAG_MCP_STATELESS = env_bool("RAG_MCP_STATELESS", default=False)  # true: no sessions (non-sticky load balancing)
+RAG_MCP_SESSION_IDLE_TIMEOUT = env_int("RAG_MCP_SESSION_IDLE_TIMEOUT", default=1800, minimum=1)  # seconds
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": env_str("DJANGO_LOG_LEVEL", default="INFO")},
-    "loggers": {"bm25s": {"level": "WARNING"}, "jieba": {"level": "WARNING"}},
+    "loggers": {"bm25s": {"level": "WARNING"}, "jieba": {"level": "WARNING"}, "mcp": {"level": "WARNING"},
+                "httpx2": {"level": "WARNING"}},
 }

@@ -8,4 +8,5 @@ urlpatterns = [
     path("api/schema", SpectacularAPIView.as_view(), name="api-schema"),
     path("", include("assistant.urls")),
     path("", include("rag.urls")),
+    path("", include("apikeys.urls")),
 ]

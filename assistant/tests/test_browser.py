@@ -4,10 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -15,40 +11,16 @@ from django.conf import settings
 
 from assistant.models import Feedback
 from rag.tests.conftest import make_built_kb
-from rag.tests.test_tasks import database_url_of_test_db
+from rag.tests.live import daphne
 
-ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture
 def live_daphne(transactional_db):
     """Daphne serving the project on a free loopback port, on the test database and data folder."""
-    port = free_port()
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "ragsite.settings", "RAG_DATA_DIR": str(settings.DATA_DIR),
-           "DATABASE_URL": database_url_of_test_db(), "RAG_DEFAULT_KB": "sdk", "DJANGO_DEBUG": "false"}
-    subprocess.run([sys.executable, "manage.py", "collectstatic", "--noinput", "-v0"], cwd=ROOT, env=env, check=True)
-    server = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-                               "ragsite.asgi:application"], cwd=ROOT, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            break
-        except OSError:
-            time.sleep(0.2)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
+    with daphne() as url:
+        yield url
 
 
 @pytest.fixture

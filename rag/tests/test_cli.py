@@ -16,7 +16,7 @@ pytestmark = pytest.mark.django_db
 # The keys seed 000 promises, then the keys we add.
 STATUS_KEYS = {"ok", "command", "project_root", "notes_dir", "index_dir", "db_exists", "nodes_file_exists",
                "deepseek_api_key_configured", "deepseek_model", "markdown_note_count", "index_node_count"}
-STATUS_ADDED = {"kb", "kb_exists", "active_version", "embedding_model", "lancedb_uri", "knowledge_bases"}
+STATUS_ADDED = {"kb", "kb_exists", "active_version", "embedding_model", "lancedb_uri", "knowledge_bases", "live"}
 SEARCH_KEYS = {"ok", "command", "question", "mode", "top_k", "results"}
 SEARCH_ADDED = {"kb", "version", "plan", "excluded", "timings_ms"}
 RESULT_KEYS = {"source", "title", "heading_path", "chunk_index", "score", "raw_score", "metadata", "content"}
@@ -65,6 +65,7 @@ def test_status_json_has_the_seed_shape(built_kb):
     assert isinstance(payload["db_exists"], bool) and isinstance(payload["deepseek_api_key_configured"], bool)
     assert payload["knowledge_bases"] == [{"slug": "sdk", "active_version": built_kb.active_version.name,
                                            "documents": 9, "chunks": built_kb.active_version.chunk_count}]
+    assert set(payload["live"]) == {"in_flight", "gauges", "processes"}
 
 
 def test_status_of_a_missing_knowledge_base_reports_nothing_built(db):

@@ -14,6 +14,7 @@ from django.conf import settings
 
 from rag.models import KnowledgeBase
 from rag.tests.conftest import make_kb
+from rag.tests.live import database_url_of_test_db
 
 REDIS_URL = os.environ.get("RAG_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,14 +27,6 @@ def redis_answers() -> bool:
         return bool(redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1).ping())
     except redis.RedisError:
         return False
-
-
-def database_url_of_test_db() -> str:
-    database = settings.DATABASES["default"]
-    if database["ENGINE"].endswith("sqlite3"):
-        return f"sqlite:///{database['NAME']}"
-    return (f"postgres://{database['USER']}:{database.get('PASSWORD') or ''}@{database['HOST'] or '127.0.0.1'}:"
-            f"{database['PORT'] or 5432}/{database['NAME']}")
 
 
 @pytest.fixture

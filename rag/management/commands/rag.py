@@ -10,6 +10,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from rag import live
 from rag.errors import ServiceError
 from rag.models import KnowledgeBase
 from rag.services import (
@@ -131,6 +132,7 @@ class Command(BaseCommand):
                  "chunks": k.active_version.chunk_count if k.active_version else 0}
                 for k in KnowledgeBase.objects.select_related("active_version")
             ],
+            "live": live.snapshot(),  # requests in flight per channel and open MCP sessions, over all processes
         }
 
     def _search(self, kb: str, options) -> dict:
@@ -233,6 +235,10 @@ class Command(BaseCommand):
             lines.append(f"kb {k['slug']:<16} version {k['active_version'] or '-':<26} {k['documents']} docs, {k['chunks']} chunks")
         if not p["knowledge_bases"]:
             lines.append("no knowledge base yet: run `python manage.py rag reindex`")
+        running = p["live"]
+        in_flight = ", ".join(f"{channel} {n}" for channel, n in sorted(running["in_flight"].items())) or "none"
+        lines.append(f"live      {running['processes']} process(es) · in flight: {in_flight} · "
+                     f"open MCP sessions: {running['gauges'].get('mcp_sessions', 0)}")
         return "\n".join(lines)
 
     def _human_search(self, p: dict) -> str:

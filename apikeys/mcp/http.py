@@ -1,0 +1,265 @@
+"""/mcp in the Django ASGI application: a gate in front of the SDK's streamable-HTTP app.
+
+Per request, before the SDK sees it: the Host must be one of ALLOWED_HOSTS and a browser Origin one of
+RAG_MCP_ALLOWED_ORIGINS (DNS-rebinding protection); the Bearer key is checked (required in production
+mode, optional in debug mode); each call of one of our tools is admitted against its key's rate limit
+and daily quota. Refusals are JSON-RPC error bodies with a stable `data.code`, at HTTP 400/401/403/429,
+which MCP clients surface as the failed request's error.
+
+Lifecycle: the SDK's session manager must be inside its `run()` context to serve anything. Servers that
+send ASGI lifespan events (uvicorn) start it at startup through `lifespan()`; Daphne sends none (daphne
+issue 264), so the first request starts it in a background task that lives as long as the process.
+That task also publishes the number of open sessions for the ops site every few seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+
+from channels.db import database_sync_to_async
+from django.conf import settings
+from django.http.request import split_domain_port, validate_host
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
+from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE, TransportSecuritySettings
+
+from apikeys.mcp.server import SCOPE_CALLER, build_server
+from apikeys.mcp.service import Caller, mcp_refusal_record, tool_names
+from apikeys.services import api_key_admit_call, api_key_authenticate
+from rag import live
+from rag.errors import ServiceError
+
+logger = logging.getLogger(__name__)
+
+PATH = "/mcp"
+GAUGE_INTERVAL = 5  # seconds between publications of the open-session count
+REFUSED = -32001  # JSON-RPC server-defined error code for a request the gate refused
+
+
+def is_mcp_path(path: str) -> bool:
+    return path == PATH or path.startswith(PATH + "/")
+
+
+def _origin_allowed(origin: str, patterns: list[str]) -> bool:
+    """Exact origins, or `scheme://host:*` for any port of that host."""
+    for pattern in patterns:
+        if origin == pattern:
+            return True
+        if pattern.endswith(":*") and re.fullmatch(re.escape(pattern[:-2]) + r":\d+", origin):
+            return True
+    return False
+
+
+def _allowed_hosts() -> list[str]:
+    if settings.DEBUG and not settings.ALLOWED_HOSTS:
+        return [".localhost", "127.0.0.1", "[::1]"]  # what Django itself allows in that case
+    return list(settings.ALLOWED_HOSTS)
+
+
+class Refusal(Exception):
+    def __init__(self, status: int, code: str, message: str, headers: dict | None = None):
+        super().__init__(message)
+        self.status, self.code, self.message, self.headers = status, code, message, dict(headers or {})
+
+    @classmethod
+    def of(cls, error: ServiceError) -> Refusal:
+        return cls(error.status, error.code, error.message, error.headers)
+
+
+async def _send_refusal(send, refusal: Refusal, request_id=None) -> None:
+    body = json.dumps({"jsonrpc": "2.0", "id": request_id,
+                       "error": {"code": REFUSED, "message": refusal.message, "data": {"code": refusal.code}}}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    headers += [(k.lower().encode(), str(v).encode()) for k, v in refusal.headers.items()]
+    await send({"type": "http.response.start", "status": refusal.status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _tool_calls(body: bytes, names: tuple[str, ...]) -> list[dict]:
+    """The JSON-RPC `tools/call` requests for our tools in a POST body (one message or a batch)."""
+    try:
+        payload = json.loads(body)
+    except ValueError:
+        return []  # the SDK answers malformed JSON itself
+    messages = payload if isinstance(payload, list) else [payload]
+    return [m for m in messages if isinstance(m, dict) and m.get("method") == "tools/call"
+            and isinstance(m.get("params"), dict) and m["params"].get("name") in names]
+
+
+class McpHttpApp:
+    """The ASGI application mounted at /mcp."""
+
+    def __init__(self):
+        self.server = build_server(transport="http")
+        self.sdk_app = self.server.streamable_http_app(
+            streamable_http_path=PATH,
+            stateless_http=settings.RAG_MCP_STATELESS,
+            session_idle_timeout=settings.RAG_MCP_SESSION_IDLE_TIMEOUT,
+            # The gate below checks Host and Origin against Django's own settings; the SDK's check, which
+            # only knows exact hosts, would refuse deployments that ALLOWED_HOSTS admits (".example.com").
+            transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+        )
+        self.manager = self.server.session_manager
+        self._keeper: asyncio.Task | None = None
+        self._ready: asyncio.Event | None = None
+        self._start_error: BaseException | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------------------
+
+    def open_sessions(self) -> int:
+        # The SDK keeps no public count; its session table is the truth (it also drops idle-expired sessions).
+        return len(getattr(self.manager, "_server_instances", ()))
+
+    async def _keep(self, stop: asyncio.Event | None = None) -> None:
+        try:
+            async with self.manager.run():
+                self._ready.set()
+                while stop is None or not stop.is_set():
+                    live.set_gauge("mcp_sessions", self.open_sessions())
+                    await database_sync_to_async(live.publish, thread_sensitive=False)()
+                    try:
+                        await asyncio.wait_for((stop or asyncio.Event()).wait(), GAUGE_INTERVAL)
+                    except TimeoutError:
+                        pass
+        except BaseException as exc:  # reported to every waiting request, then re-raised
+            self._start_error = exc
+            self._ready.set()
+            raise
+        finally:
+            live.set_gauge("mcp_sessions", 0)
+
+    async def ensure_started(self) -> None:
+        if self._keeper is None:  # no await between the test and the assignment: one starter per process
+            self._ready = asyncio.Event()
+            self._keeper = asyncio.get_running_loop().create_task(self._keep(), name="mcp-session-manager")
+        await self._ready.wait()
+        if self._start_error is not None:
+            raise RuntimeError("the MCP session manager failed to start") from self._start_error
+
+    async def lifespan(self, scope, receive, send) -> None:
+        """ASGI lifespan (uvicorn, hypercorn): run the session manager from startup to shutdown."""
+        message = await receive()
+        assert message["type"] == "lifespan.startup"
+        stop = asyncio.Event()
+        self._ready = asyncio.Event()
+        self._keeper = asyncio.get_running_loop().create_task(self._keep(stop), name="mcp-session-manager")
+        await self._ready.wait()
+        if self._start_error is not None:
+            await send({"type": "lifespan.startup.failed", "message": str(self._start_error)})
+            return
+        await send({"type": "lifespan.startup.complete"})
+        message = await receive()
+        stop.set()
+        await asyncio.gather(self._keeper, return_exceptions=True)
+        await send({"type": "lifespan.shutdown.complete"})
+
+    # -- requests ----------------------------------------------------------------------------------------
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "lifespan":
+            await self.lifespan(scope, receive, send)
+            return
+        await self.ensure_started()
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", ())}
+        try:
+            self._check_host_and_origin(headers)
+            caller, key = await self._authenticate(headers, scope)
+        except Refusal as refusal:
+            await _send_refusal(send, refusal)
+            return
+        body, receive = await self._buffer_body(scope, receive)
+        if body is None:
+            await _send_refusal(send, Refusal(413, "request_too_large", "The request body is too large."))
+            return
+        limit_headers: dict[str, str] = {}
+        if key is not None and scope.get("method") == "POST":
+            for call in _tool_calls(body, tool_names()):
+                tool, arguments = call["params"]["name"], call["params"].get("arguments") or {}
+                try:
+                    limit_headers = await database_sync_to_async(api_key_admit_call, thread_sensitive=False)(
+                        key=key, tool=tool)
+                except ServiceError as exc:
+                    await database_sync_to_async(mcp_refusal_record, thread_sensitive=False)(
+                        caller=Caller(key_id=key.pk, key_prefix=key.prefix,
+                                      session_id=headers.get("mcp-session-id", ""), transport="http"),
+                        tool=tool, arguments=arguments, error=exc)
+                    await _send_refusal(send, Refusal.of(exc), call.get("id"))
+                    return
+        scope = {**scope, SCOPE_CALLER: caller}
+        if key is not None:
+            # The SDK binds a session to the credential that opened it: another key cannot use its id.
+            scope["user"] = AuthenticatedUser(AccessToken(token=key.prefix, client_id=key.prefix, scopes=[]))
+        await self.sdk_app(scope, receive, _with_headers(send, limit_headers))
+
+    def _check_host_and_origin(self, headers: dict) -> None:
+        domain, _port = split_domain_port(headers.get("host", ""))
+        if not domain or not validate_host(domain, _allowed_hosts()):
+            raise Refusal(400, "host_not_allowed", "This Host is not served here (see DJANGO_ALLOWED_HOSTS).")
+        origin = headers.get("origin")
+        if origin and not _origin_allowed(origin, settings.RAG_MCP_ALLOWED_ORIGINS):
+            raise Refusal(403, "origin_not_allowed",
+                          f"Origin {origin[:100]} may not call this server (see RAG_MCP_ALLOWED_ORIGINS).")
+
+    async def _authenticate(self, headers: dict, scope) -> tuple[Caller, object | None]:
+        authorization = headers.get("authorization", "")
+        if not authorization:
+            if settings.RAG_MCP_REQUIRE_KEY:
+                raise Refusal(401, "missing_api_key", "This server needs an API key: send "
+                              "`Authorization: Bearer <key>` (keys are issued in the admin).",
+                              {"WWW-Authenticate": 'Bearer realm="mcp"'})
+            return Caller(transport="http"), None
+        scheme, _, raw = authorization.partition(" ")
+        if scheme.lower() != "bearer" or not raw.strip():
+            raise Refusal(401, "invalid_api_key", "Send the key as `Authorization: Bearer <key>`.",
+                          {"WWW-Authenticate": 'Bearer realm="mcp", error="invalid_request"'})
+        address = (scope.get("client") or ("", 0))[0] or ""
+        try:
+            key = await database_sync_to_async(api_key_authenticate, thread_sensitive=False)(
+                raw=raw.strip(), address=address)
+        except ServiceError as exc:
+            extra = {"WWW-Authenticate": 'Bearer realm="mcp", error="invalid_token"'} if exc.status == 401 else {}
+            raise Refusal(exc.status, exc.code, exc.message, {**exc.headers, **extra}) from None
+        return Caller(key_id=key.pk, key_prefix=key.prefix, transport="http"), key
+
+    async def _buffer_body(self, scope, receive):
+        """Read the request body (to see which tools it calls) and hand the SDK a replay of it."""
+        if scope.get("method") != "POST":
+            return b"", receive
+        chunks, size, more = [], 0, True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > DEFAULT_MAX_REQUEST_BODY_SIZE:
+                return None, receive
+            chunks.append(chunk)
+            more = message.get("more_body", False)
+        body = b"".join(chunks)
+        replayed = False
+
+        async def replay():
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        return body, replay
+
+
+def _with_headers(send, extra: dict[str, str]):
+    if not extra:
+        return send
+    encoded = [(k.lower().encode(), v.encode()) for k, v in extra.items()]
+
+    async def wrapped(message):
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", ()), *encoded]}
+        await send(message)
+
+    return wrapped

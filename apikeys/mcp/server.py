@@ -1,0 +1,202 @@
+"""The MCP server (official SDK): two tools over the shared engine, the same for HTTP and stdio.
+
+`build_server()` makes a fresh `MCPServer`; the HTTP gate (`apikeys.mcp.http`) serves it at /mcp inside the
+Django ASGI application, and `manage.py mcp_stdio` runs it over stdin/stdout. The tools only translate:
+arguments in, `apikeys.mcp.service` does the work, structured content plus a readable rendering out.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+from channels.db import database_sync_to_async
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from pydantic import BaseModel, Field
+
+from apikeys.mcp.service import Caller, mcp_ask, mcp_search, tool_names
+from rag.errors import ServiceError
+from rag.services import MAX_QUESTION_CHARS, MAX_TOP_K
+
+SLUG_PATTERN = re.compile(r"[a-z0-9][a-z0-9_]{0,31}")
+SCOPE_CALLER = "rag.mcp.caller"  # the HTTP gate puts the authenticated Caller in the ASGI scope under this key
+
+
+class Chunk(BaseModel):
+    rank: int
+    chunk_id: str = Field(description="Stable id; pass it to the ask tool's `exclude` to leave this chunk out")
+    source: str = Field(description="The document (path inside the knowledge base)")
+    title: str
+    heading_path: str
+    class_name: str
+    member: str
+    score: float
+    text: str
+
+
+class Plan(BaseModel):
+    kind: str = Field(description="doc, chitchat (not about the docs) or out_of_catalog (no such class)")
+    classes: list[str]
+    members: list[str]
+    corrections: list[dict[str, str]]
+    reason: str
+
+
+class SearchOutput(BaseModel):
+    request_id: str
+    question: str
+    kb: str = Field(description="Knowledge base searched")
+    index_version: str = Field(description="Index version read")
+    index_built_at: str | None = Field(description="When that version was built (ISO 8601)")
+    plan: Plan
+    results: list[Chunk]
+
+
+class Citation(BaseModel):
+    number: int
+    chunk_id: str
+    source: str
+    heading_path: str
+    class_name: str
+    member: str
+    text: str
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+
+
+class AskOutput(BaseModel):
+    request_id: str
+    question: str
+    kb: str
+    index_version: str
+    index_built_at: str | None
+    answer: str
+    confidence: str = Field(description="high, medium, low or none")
+    degraded: bool = Field(description="True when the model was unavailable and the answer is extractive")
+    mode: str = Field(description="llm, extractive, chitchat or empty")
+    reason: str = Field(description="Why the answer is empty, insufficient or degraded; empty otherwise")
+    citations: list[Citation]
+    evidence: list[str] = Field(description="Chunk ids the answer was allowed to use")
+    usage: Usage
+
+
+def _descriptions(product: str, search_name: str, ask_name: str) -> tuple[str, str]:
+    search = (
+        f"Search the official API reference of {product} and return the matching documentation chunks verbatim. "
+        "Call this when you need exact signatures, parameters, defaults or a class's members to write or check "
+        "code; name the class and member if you know them (e.g. 'PerspectiveCamera fov'). Chinese and English "
+        "questions both work; misspelled class names are corrected. Returns ranked chunks with their document, "
+        "heading path, class, member and text, plus the knowledge base, index version and its build time. "
+        "An empty result means the docs do not cover it (or the class does not exist): say so instead of guessing. "
+        f"Prefer {ask_name} for a written explanation."
+    )
+    ask = (
+        f"Ask a question about {product}'s API and get a short answer written only from its documentation, with "
+        "numbered citations ([1], [2]) that name the document and heading they come from, a confidence level "
+        "and the evidence chunk ids. Call this for 'how do I…' or 'what does … do' questions; use "
+        f"{search_name} when you need the raw reference text. Pass chunk ids in `exclude` to ask again without "
+        "sources you found wrong. Confidence 'low' or 'none' means the docs do not settle it: tell the user "
+        "rather than inventing an API."
+    )
+    return search, ask
+
+
+def _caller(ctx: Context, transport: str) -> Caller:
+    """The caller the HTTP gate authenticated for this request; on stdio, an anonymous local caller."""
+    request = ctx.request_context.request
+    scope = getattr(request, "scope", None)
+    if scope is None:
+        return Caller(transport=transport)
+    caller = scope.get(SCOPE_CALLER) or Caller(transport="http")
+    session_id = request.headers.get("mcp-session-id", "")
+    return Caller(key_id=caller.key_id, key_prefix=caller.key_prefix, session_id=session_id, transport="http")
+
+
+async def _run(function, **kwargs) -> dict:
+    """Run a blocking service call in a worker thread (with Django's connection hygiene); service errors
+    become MCP tool errors, which the client sees as a failed call, never as a broken session."""
+    try:
+        return await database_sync_to_async(function, thread_sensitive=False)(**kwargs)
+    except ServiceError as exc:
+        raise ToolError(f"{exc.code}: {exc.message}") from exc
+
+
+def render_search(data: dict) -> str:
+    head = (f"Knowledge base {data['kb']}, index {data['index_version']} (built {data['index_built_at']}). "
+            f"{len(data['results'])} result(s) for: {data['question']}")
+    if not data["results"]:
+        plan = data["plan"]
+        why = {"chitchat": "the question is not about the documentation",
+               "out_of_catalog": "no class of that name exists in the documentation"}.get(plan["kind"],
+                                                                                           "nothing matched")
+        return f"{head}\nNo documentation found: {why}. Do not guess an API that is not documented."
+    blocks = [head]
+    for chunk in data["results"]:
+        name = ".".join(part for part in (chunk["class_name"], chunk["member"]) if part) or chunk["title"]
+        blocks.append(f"[{chunk['rank']}] {name} — {chunk['source']} › {chunk['heading_path']} "
+                      f"(chunk {chunk['chunk_id']})\n{chunk['text']}")
+    return "\n\n".join(blocks)
+
+
+def render_ask(data: dict) -> str:
+    lines = [data["answer"] or "(no answer)", "",
+             f"Confidence: {data['confidence']}" + (" (degraded: no generation model)" if data["degraded"] else "")
+             + (f"; {data['reason']}" if data["reason"] else ""),
+             f"Knowledge base {data['kb']}, index {data['index_version']} (built {data['index_built_at']})."]
+    if data["citations"]:
+        lines.append("Sources:")
+        lines.extend(f"[{c['number']}] {c['source']} › {c['heading_path']} (chunk {c['chunk_id']})"
+                     for c in data["citations"])
+    return "\n".join(lines)
+
+
+def build_server(*, transport: str = "http") -> MCPServer:
+    """A new MCP server with the deployment's two tools; `transport` labels calls that carry no HTTP request."""
+    slug = settings.RAG_PRODUCT_SLUG
+    if not SLUG_PATTERN.fullmatch(slug):
+        raise ImproperlyConfigured(f"RAG_PRODUCT_SLUG must match {SLUG_PATTERN.pattern}, got {slug!r}")
+    product = settings.RAG_PRODUCT_NAME
+    search_name, ask_name = tool_names()
+    search_description, ask_description = _descriptions(product, search_name, ask_name)
+    server = MCPServer(
+        name=f"{slug}-docs", title=f"{product} documentation",
+        instructions=(f"Answers questions about {product}'s API from its official documentation. Use "
+                      f"{search_name} for reference text and {ask_name} for cited answers."),
+        log_level="WARNING",
+    )
+    read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False, idempotent_hint=True)
+
+    async def search_docs(
+        question: Annotated[str, Field(description="What you are looking for, in Chinese or English",
+                                       min_length=1, max_length=MAX_QUESTION_CHARS)],
+        ctx: Context,
+        top_k: Annotated[int | None, Field(description="How many chunks (1-50; default 5)",
+                                           ge=1, le=MAX_TOP_K)] = None,
+        kb: Annotated[str | None, Field(description="Knowledge base slug; default: the deployment's")] = None,
+    ) -> Annotated[CallToolResult, SearchOutput]:
+        data = await _run(mcp_search, caller=_caller(ctx, transport), question=question, top_k=top_k, kb=kb)
+        return CallToolResult(content=[TextContent(type="text", text=render_search(data))], structured_content=data)
+
+    async def ask_docs(
+        question: Annotated[str, Field(description="The question, in Chinese or English",
+                                       min_length=1, max_length=MAX_QUESTION_CHARS)],
+        ctx: Context,
+        exclude: Annotated[list[str] | None, Field(description="Chunk ids to leave out of the evidence",
+                                                   max_length=100)] = None,
+        kb: Annotated[str | None, Field(description="Knowledge base slug; default: the deployment's")] = None,
+    ) -> Annotated[CallToolResult, AskOutput]:
+        data = await _run(mcp_ask, caller=_caller(ctx, transport), question=question, exclude=exclude or (), kb=kb)
+        return CallToolResult(content=[TextContent(type="text", text=render_ask(data))], structured_content=data)
+
+    server.add_tool(search_docs, name=search_name, title=f"Search {product} docs", description=search_description,
+                    annotations=read_only)
+    server.add_tool(ask_docs, name=ask_name, title=f"Ask {product} docs", description=ask_description,
+                    annotations=read_only)
+    return server

@@ -1,0 +1,142 @@
+"""Per-key usage: rate limit and daily quota with RateLimit-* headers, token settlement, the owner's endpoint."""
+
+from __future__ import annotations
+
+import datetime
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.cache import cache
+from django.utils import timezone
+
+from apikeys.models import ApiKeyUsage
+from apikeys.services import api_key_admit_call, api_key_issue, api_key_revoke, api_key_usage_settle
+from rag.errors import ServiceError
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def clear_cache():
+    cache.clear()
+    yield
+    cache.clear()
+
+
+@pytest.fixture
+def owner():
+    return get_user_model().objects.create_user("dev", password="x")
+
+
+def test_calls_are_counted_per_tool_and_day(owner):
+    key, _ = api_key_issue(owner=owner, name="ide")
+
+    headers = api_key_admit_call(key=key, tool="search_sdk_docs")
+    api_key_admit_call(key=key, tool="search_sdk_docs")
+    api_key_admit_call(key=key, tool="ask_sdk_docs")
+
+    assert headers == {}  # no limits on this key
+    rows = {r.tool: r.calls for r in ApiKeyUsage.objects.filter(key=key, day=timezone.localdate())}
+    assert rows == {"search_sdk_docs": 2, "ask_sdk_docs": 1}
+
+
+def test_the_rate_limit_refuses_the_call_after_the_limit_with_retry_after(owner):
+    key, _ = api_key_issue(owner=owner, name="ide", rate_limit_per_minute=2)
+
+    first = api_key_admit_call(key=key, tool="search_sdk_docs")
+    second = api_key_admit_call(key=key, tool="search_sdk_docs")
+    with pytest.raises(ServiceError) as refused:
+        api_key_admit_call(key=key, tool="ask_sdk_docs")
+
+    assert (first["RateLimit-Limit"], first["RateLimit-Remaining"]) == ("2", "1")
+    assert second["RateLimit-Remaining"] == "0"
+    assert refused.value.code == "rate_limited" and refused.value.status == 429
+    assert 1 <= int(refused.value.headers["Retry-After"]) <= 60
+    assert refused.value.headers["RateLimit-Remaining"] == "0"
+    assert ApiKeyUsage.objects.filter(key=key, tool="ask_sdk_docs").first() is None  # refused: not counted
+
+
+def test_the_daily_quota_counts_all_tools_and_a_refused_call_is_not_counted(owner):
+    key, _ = api_key_issue(owner=owner, name="ide", daily_quota=3)
+
+    api_key_admit_call(key=key, tool="search_sdk_docs")
+    api_key_admit_call(key=key, tool="ask_sdk_docs")
+    last = api_key_admit_call(key=key, tool="search_sdk_docs")
+    with pytest.raises(ServiceError) as refused:
+        api_key_admit_call(key=key, tool="ask_sdk_docs")
+
+    assert (last["RateLimit-Limit"], last["RateLimit-Remaining"]) == ("3", "0")
+    assert refused.value.code == "quota_exceeded" and refused.value.status == 429
+    assert 0 < int(refused.value.headers["Retry-After"]) <= 24 * 3600
+    assert sum(ApiKeyUsage.objects.filter(key=key).values_list("calls", flat=True)) == 3
+
+
+def test_the_tighter_limit_is_the_one_reported(owner):
+    key, _ = api_key_issue(owner=owner, name="ide", daily_quota=2, rate_limit_per_minute=10)
+
+    headers = api_key_admit_call(key=key, tool="search_sdk_docs")
+
+    assert (headers["RateLimit-Limit"], headers["RateLimit-Remaining"]) == ("2", "1")
+
+
+def test_yesterdays_calls_do_not_count_against_todays_quota(owner):
+    key, _ = api_key_issue(owner=owner, name="ide", daily_quota=1)
+    ApiKeyUsage.objects.create(key=key, day=timezone.localdate() - datetime.timedelta(days=1), tool="ask_sdk_docs",
+                               calls=50)
+
+    api_key_admit_call(key=key, tool="ask_sdk_docs")
+
+    with pytest.raises(ServiceError):
+        api_key_admit_call(key=key, tool="ask_sdk_docs")
+
+
+def test_settling_adds_tokens_and_failures(owner):
+    key, _ = api_key_issue(owner=owner, name="ide")
+    api_key_admit_call(key=key, tool="ask_sdk_docs")
+
+    api_key_usage_settle(key_id=key.pk, tool="ask_sdk_docs", prompt_tokens=120, completion_tokens=30)
+    api_key_usage_settle(key_id=key.pk, tool="ask_sdk_docs", failed=True)
+
+    row = ApiKeyUsage.objects.get(key=key, tool="ask_sdk_docs")
+    assert (row.calls, row.prompt_tokens, row.completion_tokens, row.failures, row.tokens) == (1, 120, 30, 1, 150)
+
+
+def test_the_owner_reads_the_keys_usage_with_the_key(client, owner):
+    key, secret = api_key_issue(owner=owner, name="ide", daily_quota=10)
+    api_key_admit_call(key=key, tool="ask_sdk_docs")
+    api_key_usage_settle(key_id=key.pk, tool="ask_sdk_docs", prompt_tokens=7, completion_tokens=3)
+
+    response = client.get("/api/keys/usage", HTTP_AUTHORIZATION=f"Bearer {secret}")
+
+    body = response.json()
+    assert response.status_code == 200
+    assert (body["key"], body["state"], body["daily_quota"]) == (key.prefix, "active", 10)
+    assert body["today"]["calls"] == 1 and body["today"]["remaining"] == 9
+    assert body["usage"] == [{"day": timezone.localdate().isoformat(), "tool": "ask_sdk_docs", "calls": 1,
+                              "failures": 0, "prompt_tokens": 7, "completion_tokens": 3}]
+    assert secret not in response.content.decode()
+
+
+def test_the_usage_endpoint_refuses_missing_wrong_and_revoked_keys(client, owner):
+    key, secret = api_key_issue(owner=owner, name="ide")
+
+    missing = client.get("/api/keys/usage")
+    wrong = client.get("/api/keys/usage", HTTP_AUTHORIZATION=f"Bearer {key.prefix}_not-the-secret")
+    api_key_revoke(key=key)
+    revoked = client.get("/api/keys/usage", HTTP_AUTHORIZATION=f"Bearer {secret}")
+    bad_days = client.get("/api/keys/usage?days=x", HTTP_AUTHORIZATION=f"Bearer {secret}")
+
+    assert (missing.status_code, missing.json()["code"]) == (401, "missing_api_key")
+    assert missing.headers["WWW-Authenticate"].startswith("Bearer")
+    assert (wrong.status_code, wrong.json()["code"]) == (401, "invalid_api_key")
+    assert (revoked.status_code, revoked.json()["code"]) == (401, "invalid_api_key")
+    assert "revoked" in revoked.json()["message"]
+    assert bad_days.status_code == 401  # the key is checked first; a revoked key learns nothing more
+
+
+def test_a_bad_days_value_is_a_400(client, owner):
+    _, secret = api_key_issue(owner=owner, name="ide")
+
+    response = client.get("/api/keys/usage?days=500", HTTP_AUTHORIZATION=f"Bearer {secret}")
+
+    assert (response.status_code, response.json()["code"]) == (400, "invalid_days")
