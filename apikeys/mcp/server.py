@@ -8,7 +8,7 @@ arguments in, `apikeys.mcp.service` does the work, structured content plus a rea
 from __future__ import annotations
 
 import re
-from typing import Annotated
+from typing import Annotated, Any
 
 from channels.db import database_sync_to_async
 from django.conf import settings
@@ -17,8 +17,9 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
+from pydantic.fields import FieldInfo
 
-from apikeys.mcp.service import Caller, mcp_ask, mcp_search, tool_names
+from apikeys.mcp.service import MAX_EXCLUDE, Caller, mcp_ask, mcp_search, tool_names
 from rag.errors import ServiceError
 from rag.services import MAX_QUESTION_CHARS, MAX_TOP_K
 
@@ -157,6 +158,12 @@ def render_ask(data: dict) -> str:
     return "\n".join(lines)
 
 
+def _schema(description: str, **json_schema) -> FieldInfo:
+    """Advertise a parameter's JSON Schema without letting the SDK enforce it: the service checks every
+    argument itself, so a bad one is a recorded call with a stable error code, like any other failure."""
+    return Field(description=description, json_schema_extra=json_schema)
+
+
 def build_server(*, transport: str = "http") -> MCPServer:
     """A new MCP server with the deployment's two tools; `transport` labels calls that carry no HTTP request."""
     slug = settings.RAG_PRODUCT_SLUG
@@ -174,25 +181,25 @@ def build_server(*, transport: str = "http") -> MCPServer:
     read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False, idempotent_hint=True)
 
     async def search_docs(
-        question: Annotated[str, Field(description="What you are looking for, in Chinese or English",
-                                       min_length=1, max_length=MAX_QUESTION_CHARS)],
         ctx: Context,
-        top_k: Annotated[int | None, Field(description="How many chunks (1-50; default 5)",
-                                           ge=1, le=MAX_TOP_K)] = None,
-        kb: Annotated[str | None, Field(description="Knowledge base slug; default: the deployment's")] = None,
+        question: Annotated[Any, _schema("What you are looking for, in Chinese or English", type="string",
+                                         minLength=1, maxLength=MAX_QUESTION_CHARS)],
+        top_k: Annotated[Any, _schema("How many chunks (1-50; default 5)", type="integer", minimum=1,
+                                      maximum=MAX_TOP_K)] = None,
+        kb: Annotated[Any, _schema("Knowledge base slug; default: the deployment's", type="string")] = None,
     ) -> Annotated[CallToolResult, SearchOutput]:
         data = await _run(mcp_search, caller=_caller(ctx, transport), question=question, top_k=top_k, kb=kb)
         return CallToolResult(content=[TextContent(type="text", text=render_search(data))], structured_content=data)
 
     async def ask_docs(
-        question: Annotated[str, Field(description="The question, in Chinese or English",
-                                       min_length=1, max_length=MAX_QUESTION_CHARS)],
         ctx: Context,
-        exclude: Annotated[list[str] | None, Field(description="Chunk ids to leave out of the evidence",
-                                                   max_length=100)] = None,
-        kb: Annotated[str | None, Field(description="Knowledge base slug; default: the deployment's")] = None,
+        question: Annotated[Any, _schema("The question, in Chinese or English", type="string", minLength=1,
+                                         maxLength=MAX_QUESTION_CHARS)],
+        exclude: Annotated[Any, _schema("Chunk ids to leave out of the evidence", type="array",
+                                        items={"type": "string"}, maxItems=MAX_EXCLUDE)] = None,
+        kb: Annotated[Any, _schema("Knowledge base slug; default: the deployment's", type="string")] = None,
     ) -> Annotated[CallToolResult, AskOutput]:
-        data = await _run(mcp_ask, caller=_caller(ctx, transport), question=question, exclude=exclude or (), kb=kb)
+        data = await _run(mcp_ask, caller=_caller(ctx, transport), question=question, exclude=exclude, kb=kb)
         return CallToolResult(content=[TextContent(type="text", text=render_ask(data))], structured_content=data)
 
     server.add_tool(search_docs, name=search_name, title=f"Search {product} docs", description=search_description,

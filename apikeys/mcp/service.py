@@ -50,6 +50,7 @@ def mcp_search(*, caller: Caller, question, top_k: int | None = None, kb: str | 
     request_id, started = new_request_id(), time.perf_counter()
     with live.in_flight(CHANNEL):
         try:
+            _check_kb(kb)
             result = search(kb=kb, question=question, top_k=top_k)
         except ServiceError as exc:
             _record_failure("search", tool, caller, arguments, request_id, kb, question, exc, started)
@@ -75,13 +76,15 @@ def mcp_ask(*, caller: Caller, question, exclude=(), kb: str | None = None) -> d
     """Answer a question from the documentation for one tool call (see `AskOutput`)."""
     tool = tool_names()[1]
     kb = kb or settings.RAG_DEFAULT_KB
-    exclude = list(exclude or ())
+    exclude = [] if exclude is None else exclude
     arguments = {"question": question, "exclude": exclude, "kb": kb}
     request_id, started = new_request_id(), time.perf_counter()
     with live.in_flight(CHANNEL):
         try:
-            if len(exclude) > MAX_EXCLUDE:
-                raise ServiceError("invalid_exclude", f"Exclude at most {MAX_EXCLUDE} chunk ids.")
+            _check_kb(kb)
+            if (not isinstance(exclude, list) or len(exclude) > MAX_EXCLUDE
+                    or not all(isinstance(c, str) and 0 < len(c) <= 64 for c in exclude)):
+                raise ServiceError("invalid_exclude", f"exclude must be a list of at most {MAX_EXCLUDE} chunk ids.")
             outcome = answer_question(kb=kb, question=question, exclude=exclude)
         except ServiceError as exc:
             _record_failure("chat", tool, caller, arguments, request_id, kb, question, exc, started)
@@ -120,6 +123,11 @@ def mcp_ask(*, caller: Caller, question, exclude=(), kb: str | None = None) -> d
     }
 
 
+def _check_kb(kb) -> None:
+    if not isinstance(kb, str) or len(kb) > 64:
+        raise ServiceError("invalid_kb", "kb must be the slug of a knowledge base.")
+
+
 def _provenance(kb: str, version: str) -> dict:
     return {"kb": kb, "index_version": version, "index_built_at": index_version_built_at(kb=kb, version=version)}
 
@@ -138,12 +146,15 @@ def _chunk(hit, rank: int, kb: str, version: str) -> dict:
 
 def _caller_fields(caller: Caller, tool: str, arguments: dict) -> dict:
     arguments = {k: v[:MAX_QUESTION_CHARS] if isinstance(v, str) else v for k, v in arguments.items()}
+    if len(str(arguments)) > 4 * MAX_QUESTION_CHARS:  # a huge argument of another type: keep its kind only
+        arguments = {k: v if len(str(v)) <= MAX_QUESTION_CHARS else f"<{type(v).__name__}, too long>"
+                     for k, v in arguments.items()}
     return {"api_key_prefix": caller.key_prefix, "tool": tool, "arguments": arguments,
             "session_id": caller.session_id[:64], "transport": caller.transport}
 
 
 def _record_failure(kind, tool, caller, arguments, request_id, kb, question, exc: ServiceError, started) -> None:
-    request_record_write(channel=CHANNEL, kind=kind, request_id=request_id, kb=kb,
+    request_record_write(channel=CHANNEL, kind=kind, request_id=request_id, kb=kb[:64] if isinstance(kb, str) else "",
                          question=question if isinstance(question, str) else "", error_code=exc.code,
                          latency_ms=(time.perf_counter() - started) * 1000,
                          caller=_caller_fields(caller, tool, arguments))

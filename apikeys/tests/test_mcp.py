@@ -123,10 +123,29 @@ async def test_errors_are_tool_errors_and_the_session_goes_on(kb):
         still_fine = await client.call_tool("search_sdk_docs", {"question": QUESTION})
 
     assert unknown_kb.is_error and "kb_not_found" in unknown_kb.content[0].text
-    assert too_long.is_error and bad_top_k.is_error
+    assert too_long.is_error and "question_too_long" in too_long.content[0].text
+    assert bad_top_k.is_error and "invalid_top_k" in bad_top_k.content[0].text
     assert not still_fine.is_error
     failed = await RequestRecord.objects.aget(channel="mcp", error_code="kb_not_found")
     assert failed.arguments["kb"] == "nope" and failed.tool == "search_sdk_docs"
+
+
+@pytest.mark.asyncio
+async def test_arguments_of_the_wrong_kind_are_recorded_failures_with_a_stable_code(kb):
+    async with Client(build_server(transport="stdio")) as client:
+        results = [
+            await client.call_tool("search_sdk_docs", {"question": 42}),
+            await client.call_tool("search_sdk_docs", {"question": "fov", "top_k": "many"}),
+            await client.call_tool("ask_sdk_docs", {"question": "fov", "exclude": "abc"}),
+            await client.call_tool("ask_sdk_docs", {"question": "fov", "kb": ["a", "b"]}),
+        ]
+
+    assert all(r.is_error for r in results)
+    codes = [r.content[0].text.split(": ")[1] for r in results]
+    assert codes == ["invalid_question", "invalid_top_k", "invalid_exclude", "invalid_kb"]
+    recorded = [r async for r in RequestRecord.objects.filter(channel="mcp").order_by("created_at")]
+    assert [r.error_code for r in recorded] == codes
+    assert recorded[0].arguments["question"] == 42 and recorded[2].arguments["exclude"] == "abc"
 
 
 def test_origins_match_exactly_or_by_any_port_of_a_host():
