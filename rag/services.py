@@ -272,17 +272,18 @@ class AnswerResult:
     generate_ms: float = 0.0
 
 
-def answer_question(*, kb: str, question, exclude=(), top_k: int | None = None, meter=None) -> AnswerResult:
+def answer_question(*, kb: str, question, exclude=(), top_k: int | None = None, meter=None,
+                    version: str | None = None) -> AnswerResult:
     """Search, then answer from the adopted evidence, in one call (the model answers without streaming)."""
     for kind, value in answer_question_stream(kb=kb, question=question, exclude=exclude, top_k=top_k, meter=meter,
-                                              stream=False):
+                                              stream=False, version=version):
         if kind == "final":
             return value
     raise AssertionError("answer_question_stream ended without a final answer")
 
 
 def answer_question_stream(*, kb: str, question, exclude=(), top_k: int | None = None, meter=None,
-                           cancelled=lambda: False, stream: bool = True):
+                           cancelled=lambda: False, stream: bool = True, version: str | None = None):
     """Search, then answer: events ("plan", SearchResult), ("token", text)…, ("final", AnswerResult).
 
     Chitchat, out-of-catalog and empty evidence never reach the model (E7); search and chat share this
@@ -291,7 +292,7 @@ def answer_question_stream(*, kb: str, question, exclude=(), top_k: int | None =
     When `cancelled()` turns true (the reader went away) the model stream is closed and nothing more is
     yielded; the caller records the request as cancelled.
     """
-    result = search(kb=kb, question=question, top_k=top_k, exclude=exclude)
+    result = search(kb=kb, question=question, top_k=top_k, exclude=exclude, version=version)
     yield "plan", result
     hits = list(result.hits)
     answer = answer_without_model(result.plan, hits, excluded_all=bool(exclude) and not hits,

@@ -99,6 +99,7 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
+LOGIN_URL = "/admin/login/"  # the ops site and eval center sign in through the admin
 STATIC_ROOT = DATA_DIR / "static"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -160,6 +161,21 @@ RAG_MCP_ALLOWED_ORIGINS = env_list(
     "RAG_MCP_ALLOWED_ORIGINS", default=["http://localhost:*", "http://127.0.0.1:*", "http://[::1]:*"])
 RAG_MCP_STATELESS = env_bool("RAG_MCP_STATELESS", default=False)  # true: no sessions (non-sticky load balancing)
 RAG_MCP_SESSION_IDLE_TIMEOUT = env_int("RAG_MCP_SESSION_IDLE_TIMEOUT", default=1800, minimum=1)  # seconds
+
+# Evaluation (evaluation/): the judge model (any OpenAI-compatible endpoint; empty base URL: no judge, and
+# judge metrics are reported as not scored), release gates and the eval center's groups.
+RAG_JUDGE = {
+    "BASE_URL": env_str("RAG_JUDGE_BASE_URL", default=""),
+    "MODEL": env_str("RAG_JUDGE_MODEL", default="qwen3.8-flash"),
+    "API_KEY": env_secret("RAG_JUDGE_API_KEY"),
+    "SEED": env_int("RAG_JUDGE_SEED", default=20261130, minimum=0),  # sent where the provider takes one
+    "REPEATS": env_int("RAG_JUDGE_REPEATS", default=1, minimum=1),  # >1: disagreeing verdicts mark a question flaky
+    "READ_TIMEOUT": env_int("RAG_JUDGE_READ_TIMEOUT", default=60, minimum=1),
+}
+RAG_EVAL_MAX_NEWLY_FAILING = env_int("RAG_EVAL_MAX_NEWLY_FAILING", default=2, minimum=0)  # vs the baseline run
+RAG_EVAL_STALE_SECONDS = env_int("RAG_EVAL_STALE_SECONDS", default=600, minimum=30)  # no heartbeat: run failed
+RAG_QA_GROUP = env_str("RAG_QA_GROUP", default="qa")  # may launch, cancel and retry eval runs
+RAG_OPS_GROUP = env_str("RAG_OPS_GROUP", default="ops")  # may read the ops site (and the eval center)
 
 LOGGING = {
     "version": 1,

@@ -9,4 +9,5 @@ urlpatterns = [
     path("", include("assistant.urls")),
     path("", include("rag.urls")),
     path("", include("apikeys.urls")),
+    path("ops/eval/", include("evaluation.urls")),  # the eval center lives on the ops site
 ]

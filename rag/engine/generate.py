@@ -147,6 +147,7 @@ class ChatClient:
     timeout: tuple[float, float] = (5.0, 60.0)  # connect, read (between streamed chunks)
     temperature: float = 0.2
     max_tokens: int = 1024
+    seed: int | None = None  # for repeatable output where the provider takes one (the judge)
 
     def _request(self, messages: list[dict], *, stream: bool):
         import requests
@@ -158,6 +159,8 @@ class ChatClient:
                    "max_tokens": self.max_tokens, "stream": stream}
         if stream:
             payload["stream_options"] = {"include_usage": True}
+        if self.seed is not None:
+            payload["seed"] = self.seed
         try:
             response = requests.post(self.base_url.rstrip("/") + "/chat/completions", json=payload,
                                      headers=headers, timeout=self.timeout, stream=stream)

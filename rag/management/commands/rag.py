@@ -73,6 +73,8 @@ class Command(BaseCommand):
                 p.add_argument("--source", default=None, help="source folder (creates the knowledge base if needed)")
                 p.add_argument("--language", default=None, help="zh, en or mixed (when creating)")
                 p.add_argument("--if-changed", action="store_true", help="skip the build when nothing changed")
+                p.add_argument("--gate", action="store_true",
+                               help="activate the new version only if the golden sets for this kb pass on it")
 
     def handle(self, *args, **options):
         action = options["action"]
@@ -213,9 +215,13 @@ class Command(BaseCommand):
         if options["if_changed"]:
             version = index_unchanged_version(knowledge_base)
             unchanged = version is not None
-        if version is None:
+        gate = None
+        if version is None and options["gate"]:
+            gate = self._gated_build(knowledge_base)
+            version = gate["version"]
+        elif version is None:
             version = index_build(knowledge_base, progress=Progress("embedding"))
-        return {
+        payload = {
             "synced_notes": version.document_count,
             "indexed_nodes": version.chunk_count,
             "duration_seconds": round(time.perf_counter() - started, 3),
@@ -225,6 +231,36 @@ class Command(BaseCommand):
             "chunks_reused": version.chunk_count if unchanged else version.chunks_reused,
             "unchanged": unchanged,
         }
+        if gate is not None:
+            payload["activated"] = gate["activated"]
+            payload["gate"] = {"runs": [{"id": r.pk, "golden_set": str(r.golden_set), "verdict": r.verdict,
+                                         "report": r.report_path} for r in gate["runs"]],
+                               "failed_gates": gate["failed_gates"]}
+            if not gate["activated"]:
+                failed = ", ".join(f"{g['metric']} ({g['status']})" for g in gate["failed_gates"])
+                message = f"the gate failed ({failed}); version {version.name} was built but not activated"
+                if self.as_json:
+                    self.stdout.write(json.dumps({"ok": False, "command": "reindex", "error": message,
+                                                  "code": "gate_failed", **payload}, ensure_ascii=False))
+                    sys.exit(1)
+                raise CommandError(message + "\n" + self._human_gate(payload))
+        return payload
+
+    def _gated_build(self, knowledge_base) -> dict:
+        # The release gate belongs to the evaluation app; this command is only its command-line entry.
+        from evaluation.services import index_build_gated
+
+        def run_progress(done, total, item):
+            if not self.as_json:
+                self.stderr.write(f"\rgate: {done}/{total} questions", ending="")
+
+        return index_build_gated(knowledge_base, progress=Progress("embedding"), run_progress=run_progress)
+
+    def _human_gate(self, p: dict) -> str:
+        lines = [f"gate run #{r['id']} {r['golden_set']}: {r['verdict']} · report {r['report']}" for r in p["gate"]["runs"]]
+        lines += [f"  {g['metric']}: {g['value']} {g['op']} {g['threshold']} → {g['status']} {g.get('note', '')}"
+                  for g in p["gate"]["failed_gates"]]
+        return "\n".join(lines)
 
     # -- human-readable output ----------------------------------------------------------------------
 
@@ -266,6 +302,9 @@ class Command(BaseCommand):
     def _human_reindex(self, p: dict) -> str:
         if p["unchanged"]:
             return f"{p['kb']}: nothing changed, version {p['version']} stays active"
+        if "gate" in p:
+            return (f"{p['kb']}: version {p['version']} passed the gate and is active · {p['indexed_nodes']} chunks\n"
+                    + self._human_gate(p))
         return (f"{p['kb']}: version {p['version']} active · {p['synced_notes']} documents · {p['indexed_nodes']} chunks "
                 f"({p['chunks_embedded']} embedded, {p['chunks_reused']} reused) in {p['duration_seconds']:.1f} s")
 

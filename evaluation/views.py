@@ -1,0 +1,162 @@
+"""The eval center, served on the ops site under /ops/eval/: list and launch runs, watch progress, open and
+compare reports, see gate verdicts and active versions. QA may launch, cancel and retry; ops staff read."""
+
+from __future__ import annotations
+
+from functools import wraps
+
+from django.conf import settings
+from django.contrib.auth.views import redirect_to_login
+from django.core.exceptions import PermissionDenied
+from django.http import FileResponse, Http404, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from evaluation.models import EvalRun, GoldenDraft, GoldenSet
+from evaluation.report import render_compare
+from evaluation.selectors import run_as_report, run_summary
+from evaluation.services import eval_run_cancel, eval_run_retry, eval_run_start, eval_runs_reap
+from rag.errors import ServiceError
+from rag.models import IndexVersion, KnowledgeBase
+
+
+def _in_group(user, name: str) -> bool:
+    return user.groups.filter(name=name).exists()
+
+
+def can_launch(user) -> bool:
+    return user.is_authenticated and user.is_active and (user.is_superuser or _in_group(user, settings.RAG_QA_GROUP))
+
+
+def can_view(user) -> bool:
+    return can_launch(user) or (user.is_authenticated and user.is_active and _in_group(user, settings.RAG_OPS_GROUP))
+
+
+def viewer_required(view):
+    @wraps(view)
+    def wrapped(request, *args, **kwargs):
+        if not request.user.is_authenticated:
+            return redirect_to_login(request.get_full_path(), settings.LOGIN_URL)
+        if not can_view(request.user):
+            raise PermissionDenied("The eval center is for the QA and ops groups.")
+        return view(request, *args, **kwargs)
+    return wrapped
+
+
+def qa_required(view):
+    @wraps(view)
+    def wrapped(request, *args, **kwargs):
+        if not request.user.is_authenticated:
+            return redirect_to_login(request.get_full_path(), settings.LOGIN_URL)
+        if not can_launch(request.user):
+            raise PermissionDenied("Only the QA group may launch, cancel or retry runs.")
+        return view(request, *args, **kwargs)
+    return wrapped
+
+
+@require_GET
+@viewer_required
+def run_list(request):
+    eval_runs_reap()
+    runs = EvalRun.objects.select_related("golden_set", "started_by")[:100]
+    latest = {}
+    for golden_set in GoldenSet.objects.order_by("name", "-version"):
+        latest.setdefault(golden_set.name, golden_set)
+    bases = KnowledgeBase.objects.select_related("active_version").order_by("slug")
+    versions = IndexVersion.objects.filter(status=IndexVersion.Status.READY).select_related("kb").order_by(
+        "kb__slug", "-created_at")
+    return render(request, "evaluation/center.html", {
+        "runs": runs, "golden_sets": list(latest.values()), "knowledge_bases": bases, "versions": versions,
+        "can_launch": can_launch(request.user),
+        "open_drafts": GoldenDraft.objects.filter(status=GoldenDraft.Status.OPEN).count(),
+        "error": request.GET.get("error", "")[:200],
+    })
+
+
+@require_POST
+@qa_required
+def run_launch(request):
+    golden_set = GoldenSet.objects.filter(pk=request.POST.get("golden_set") or 0).first()
+    if golden_set is None:
+        return redirect(_with_error("evaluation:center", "Choose a golden set."))
+    try:
+        run = eval_run_start(golden_set=golden_set, kb=request.POST.get("kb", "").strip(),
+                             index_version=request.POST.get("index_version", "").strip(), user=request.user)
+    except ServiceError as exc:
+        return redirect(_with_error("evaluation:center", exc.message))
+    return redirect("evaluation:run", run_id=run.pk)
+
+
+def _with_error(name: str, message: str) -> str:
+    from urllib.parse import urlencode
+
+    from django.urls import reverse
+
+    return reverse(name) + "?" + urlencode({"error": message})
+
+
+@require_GET
+@viewer_required
+def run_detail(request, run_id: int):
+    eval_runs_reap()
+    run = get_object_or_404(EvalRun.objects.select_related("golden_set", "started_by"), pk=run_id)
+    failed = run.results.filter(passed=False).select_related("item").order_by("position")[:200]
+    return render(request, "evaluation/run.html", {
+        "run": run, "summary": run_summary(run), "failed": failed, "can_launch": can_launch(request.user),
+        "finished": run.status in (EvalRun.Status.DONE, EvalRun.Status.FAILED, EvalRun.Status.CANCELLED),
+    })
+
+
+@require_GET
+@viewer_required
+def run_progress(request, run_id: int):
+    run = get_object_or_404(EvalRun.objects.select_related("golden_set"), pk=run_id)
+    return JsonResponse(run_summary(run))
+
+
+@require_POST
+@qa_required
+def run_cancel(request, run_id: int):
+    run = get_object_or_404(EvalRun, pk=run_id)
+    try:
+        eval_run_cancel(run)
+    except ServiceError as exc:
+        return HttpResponse(exc.message, status=exc.status)
+    return redirect("evaluation:run", run_id=run.pk)
+
+
+@require_POST
+@qa_required
+def run_retry(request, run_id: int):
+    run = get_object_or_404(EvalRun, pk=run_id)
+    try:
+        eval_run_retry(run)
+    except ServiceError as exc:
+        return HttpResponse(exc.message, status=exc.status)
+    return redirect("evaluation:run", run_id=run.pk)
+
+
+@require_GET
+@viewer_required
+def run_report(request, run_id: int):
+    run = get_object_or_404(EvalRun, pk=run_id)
+    if not run.report_path:
+        raise Http404("This run has no report yet.")
+    try:
+        handle = open(run.report_path, "rb")  # noqa: SIM115 (FileResponse closes it)
+    except OSError:
+        raise Http404("The report file is gone.") from None
+    download = request.GET.get("download") == "1"
+    return FileResponse(handle, content_type="text/html; charset=utf-8", as_attachment=download,
+                        filename=f"eval-run-{run.pk}.html")
+
+
+@require_GET
+@viewer_required
+def run_compare(request):
+    try:
+        a, b = int(request.GET.get("a", "")), int(request.GET.get("b", ""))
+    except ValueError:
+        return HttpResponse("Give two run ids: ?a=&b=", status=400)
+    run_a, run_b = get_object_or_404(EvalRun, pk=a), get_object_or_404(EvalRun, pk=b)
+    return HttpResponse(render_compare(run_as_report(run_a), run_as_report(run_b)))
