@@ -21,10 +21,16 @@ from rag.engine.generate import ChatClient
 from rag.engine.metrics import RetrievedChunk, score_question
 from rag.errors import ServiceError
 from rag.models import IndexVersion, KnowledgeBase, RequestRecord
-from rag.services import (
-    answer_question, index_activate, index_build, new_request_id, request_record_write, search, uses_model,
-)
 from rag.pipeline import get_engine
+from rag.services import (
+    answer_question,
+    index_activate,
+    index_build,
+    new_request_id,
+    request_record_write,
+    search,
+    uses_model,
+)
 
 log = logging.getLogger(__name__)
 
@@ -535,11 +541,11 @@ def _retrieval_layers(scores) -> list[dict]:
             continue
         answerable = [s for s in group if s.answerable]
         members = [s for s in answerable if s.member_hit is not None]
-        rate = lambda values: sum(values) / len(values) if values else None  # noqa: E731
         rows.append({"layer": layer, "questions": len(group), "metrics": {
-            "class_hit": rate([s.class_hit for s in answerable]), "member_hit": rate([s.member_hit for s in members]),
-            "hit_at_1": rate([s.hit_at_1 for s in answerable]), "hit_at_3": rate([s.hit_at_3 for s in answerable]),
-            "empty": rate([s.empty for s in group])}})
+            "class_hit": _share([s.class_hit for s in answerable]),
+            "member_hit": _share([s.member_hit for s in members]),
+            "hit_at_1": _share([s.hit_at_1 for s in answerable]), "hit_at_3": _share([s.hit_at_3 for s in answerable]),
+            "empty": _share([s.empty for s in group])}})
     return rows
 
 
@@ -551,9 +557,12 @@ def _generation_layers(scores) -> list[dict]:
             continue
         names = sorted({name for s in group for name, v in s.rules.items() if v is not None})
         rows.append({"layer": label, "questions": len(group), "metrics": {
-            name: (lambda vs: sum(vs) / len(vs) if vs else None)(
-                [bool(s.rules[name]) for s in group if s.rules.get(name) is not None]) for name in names}})
+            name: _share([bool(s.rules[name]) for s in group if s.rules.get(name) is not None]) for name in names}})
     return rows
+
+
+def _share(values: list) -> float | None:
+    return sum(bool(v) for v in values) / len(values) if values else None
 
 
 def _baseline_of(run: EvalRun, results) -> tuple[EvalRun | None, dict]:
@@ -561,8 +570,8 @@ def _baseline_of(run: EvalRun, results) -> tuple[EvalRun | None, dict]:
     active = {slug: name for slug, name in KnowledgeBase.objects.filter(slug__in=list(run.index_versions))
               .values_list("slug", "active_version__name")}
     candidates = (EvalRun.objects.filter(golden_set__name=run.golden_set.name, status=EvalRun.Status.DONE,
-                                         kb=run.kb, candidate=False).exclude(pk=run.pk).order_by("-finished_at"))
-    baseline = next((c for c in candidates if c.index_versions == active), None)
+                                         candidate=False).exclude(pk=run.pk).order_by("-finished_at")[:50])
+    baseline = next((c for c in candidates if all(c.index_versions.get(k) == v for k, v in active.items())), None)
     if baseline is None:
         return None, {"newly_failing": [], "newly_passing": []}
     before = dict(EvalResult.objects.filter(run=baseline).values_list("item__item_id", "passed"))
@@ -605,6 +614,22 @@ def gate_sets_for(kb: str) -> list[GoldenSet]:
     return sets
 
 
+def _has_baseline(golden_set: GoldenSet, kb: KnowledgeBase) -> bool:
+    active = KnowledgeBase.objects.filter(pk=kb.pk).values_list("active_version__name", flat=True).first()
+    runs = EvalRun.objects.filter(golden_set__name=golden_set.name, status=EvalRun.Status.DONE, candidate=False)
+    return any(r.index_versions.get(kb.slug) == active for r in runs.order_by("-finished_at")[:50])
+
+
+def gated_reindex_start(*, kb: KnowledgeBase, user=None) -> None:
+    """Queue a gated reindex of `kb` on Celery (the eval center's button)."""
+    from evaluation.tasks import gated_reindex_task
+
+    if not gate_sets_for(kb.slug):
+        raise ServiceError("no_gate_sets", f"No golden set has questions for {kb.slug}.", status=409)
+    user_id = user.pk if user else None
+    transaction.on_commit(lambda: gated_reindex_task.delay(kb.pk, user_id))
+
+
 def index_build_gated(kb: KnowledgeBase, *, progress=None, run_progress=None, user=None) -> dict:
     """Build a candidate version, run the gating golden sets against it, and activate it only if all pass.
 
@@ -615,6 +640,10 @@ def index_build_gated(kb: KnowledgeBase, *, progress=None, run_progress=None, us
     if not sets:
         raise ServiceError("no_gate_sets", f"No golden set has questions for {kb.slug}; import one first "
                                            "(`manage.py eval import`).", status=409)
+    if kb.active_version_id:  # the candidate is judged against the active version's run, so make sure there is one
+        for golden_set in sets:
+            if not _has_baseline(golden_set, kb):
+                eval_run_execute(eval_run_create(golden_set=golden_set, kb=kb.slug, user=user).pk)
     version = index_build(kb, progress=progress, activate=False)
     runs, failed = [], []
     for golden_set in sets:

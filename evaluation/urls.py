@@ -13,4 +13,5 @@ urlpatterns = [
     path("runs/<int:run_id>/retry", views.run_retry, name="retry"),
     path("runs/<int:run_id>/report", views.run_report, name="report"),
     path("compare", views.run_compare, name="compare"),
+    path("gated-reindex", views.gated_reindex, name="gated_reindex"),
 ]

@@ -4,18 +4,26 @@ compare reports, see gate verdicts and active versions. QA may launch, cancel an
 from __future__ import annotations
 
 from functools import wraps
+from urllib.parse import urlencode
 
 from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.http import FileResponse, Http404, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from evaluation.models import EvalRun, GoldenDraft, GoldenSet
 from evaluation.report import render_compare
 from evaluation.selectors import run_as_report, run_summary
-from evaluation.services import eval_run_cancel, eval_run_retry, eval_run_start, eval_runs_reap
+from evaluation.services import (
+    eval_run_cancel,
+    eval_run_retry,
+    eval_run_start,
+    eval_runs_reap,
+    gated_reindex_start,
+)
 from rag.errors import ServiceError
 from rag.models import IndexVersion, KnowledgeBase
 
@@ -69,7 +77,7 @@ def run_list(request):
         "runs": runs, "golden_sets": list(latest.values()), "knowledge_bases": bases, "versions": versions,
         "can_launch": can_launch(request.user),
         "open_drafts": GoldenDraft.objects.filter(status=GoldenDraft.Status.OPEN).count(),
-        "error": request.GET.get("error", "")[:200],
+        "error": request.GET.get("error", "")[:200], "notice": request.GET.get("notice", "")[:200],
     })
 
 
@@ -78,21 +86,32 @@ def run_list(request):
 def run_launch(request):
     golden_set = GoldenSet.objects.filter(pk=request.POST.get("golden_set") or 0).first()
     if golden_set is None:
-        return redirect(_with_error("evaluation:center", "Choose a golden set."))
+        return redirect(_center(error="Choose a golden set."))
     try:
         run = eval_run_start(golden_set=golden_set, kb=request.POST.get("kb", "").strip(),
                              index_version=request.POST.get("index_version", "").strip(), user=request.user)
     except ServiceError as exc:
-        return redirect(_with_error("evaluation:center", exc.message))
+        return redirect(_center(error=exc.message))
     return redirect("evaluation:run", run_id=run.pk)
 
 
-def _with_error(name: str, message: str) -> str:
-    from urllib.parse import urlencode
+@require_POST
+@qa_required
+def gated_reindex(request):
+    """Build a candidate version and let the golden sets decide whether it goes live (runs in the worker)."""
+    kb = KnowledgeBase.objects.filter(slug=request.POST.get("kb", "")).first()
+    if kb is None:
+        return redirect(_center(error="Choose a knowledge base."))
+    try:
+        gated_reindex_start(kb=kb, user=request.user)
+    except ServiceError as exc:
+        return redirect(_center(error=exc.message))
+    return redirect(_center(notice=f"A gated reindex of {kb.slug} is queued; its runs appear below as they start."))
 
-    from django.urls import reverse
 
-    return reverse(name) + "?" + urlencode({"error": message})
+def _center(**query: str) -> str:
+    """The eval center's URL with a message to show (`error=` or `notice=`)."""
+    return reverse("evaluation:center") + "?" + urlencode(query)
 
 
 @require_GET

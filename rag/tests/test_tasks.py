@@ -17,6 +17,7 @@ from rag.tests.conftest import make_kb
 from rag.tests.live import database_url_of_test_db
 
 REDIS_URL = os.environ.get("RAG_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+WORKERS: list[subprocess.Popen] = []
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -46,8 +47,9 @@ def celery_on_redis():
     worker = subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "ragsite", "worker", "--pool=solo", "-Q", queue,
          "--loglevel=warning", "--without-gossip", "--without-mingle", "--without-heartbeat"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
+    WORKERS.append(worker)  # a test may kill it, as a crash would
     try:
         yield queue
     finally:

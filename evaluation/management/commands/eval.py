@@ -10,7 +10,12 @@ from django.core.management.base import BaseCommand, CommandError
 
 from evaluation.models import EvalRun, GoldenSet
 from evaluation.services import (
-    eval_run_create, eval_run_execute, golden_export, golden_import, golden_matches, golden_set_latest,
+    eval_run_create,
+    eval_run_execute,
+    golden_export,
+    golden_import,
+    golden_matches,
+    golden_set_latest,
 )
 from rag.errors import ServiceError
 from rag.models import KnowledgeBase
