@@ -28,7 +28,7 @@ run: migrate
 	@echo "  Serving on http://$(HOST):$(PORT)/  (admin: http://$(HOST):$(PORT)/admin/, Ctrl-C stops)"
 	@echo ""
 	@trap 'kill $$WORKER 2>/dev/null' EXIT INT TERM; \
-	$(VENV)/bin/celery -A ragsite worker --loglevel=warning --concurrency=1 & WORKER=$$!; \
+	$(VENV)/bin/celery -A ragsite worker --beat --schedule=$${RAG_DATA_DIR:-data}/celery/beat-schedule --loglevel=warning --concurrency=1 & WORKER=$$!; \
 	$(VENV)/bin/daphne -b $(HOST) -p $(PORT) ragsite.asgi:application
 
 test: install

@@ -1,6 +1,6 @@
 from celery import shared_task
 
-from evaluation.services import eval_run_execute
+from evaluation.services import eval_run_execute, eval_runs_reap
 
 
 @shared_task(acks_late=True, soft_time_limit=6 * 3600, time_limit=6 * 3600 + 300)
@@ -19,3 +19,9 @@ def gated_reindex_task(kb_id: int, user_id: int | None = None) -> None:
 
     user = get_user_model().objects.filter(pk=user_id).first() if user_id else None
     index_build_gated(KnowledgeBase.objects.get(pk=kb_id), user=user)
+
+
+@shared_task
+def eval_runs_reap_task() -> int:
+    """Every few minutes (beat): runs whose worker died are marked failed even when nobody opens a page."""
+    return eval_runs_reap()

@@ -99,7 +99,7 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-LOGIN_URL = "/admin/login/"  # the ops site and eval center sign in through the admin
+LOGIN_URL = "/ops/login/"  # the ops site and the eval center (any active account; groups decide access)
 STATIC_ROOT = DATA_DIR / "static"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -119,6 +119,9 @@ CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", default=False)
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TIMEZONE = TIME_ZONE
+CELERY_BEAT_SCHEDULE = {  # `make run` embeds beat in its worker; in production run one `celery beat`
+    "eval-runs-reap": {"task": "evaluation.tasks.eval_runs_reap_task", "schedule": 300.0},
+}
 
 REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],

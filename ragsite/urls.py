@@ -1,4 +1,5 @@
 from django.contrib import admin
+from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from drf_spectacular.views import SpectacularAPIView
@@ -9,5 +10,7 @@ urlpatterns = [
     path("", include("assistant.urls")),
     path("", include("rag.urls")),
     path("", include("apikeys.urls")),
+    path("ops/login/", auth_views.LoginView.as_view(template_name="ops/login.html"), name="ops-login"),
+    path("ops/logout/", auth_views.LogoutView.as_view(next_page="ops-login"), name="ops-logout"),
     path("ops/eval/", include("evaluation.urls")),  # the eval center lives on the ops site
 ]

@@ -42,7 +42,16 @@ def finished_run(kb):
 def test_anonymous_users_are_sent_to_sign_in(client):
     response = client.get("/ops/eval/")
 
-    assert response.status_code == 302 and response["Location"].startswith("/admin/login/?next=/ops/eval/")
+    assert response.status_code == 302 and response["Location"].startswith("/ops/login/?next=/ops/eval/")
+
+
+def test_a_group_member_without_staff_status_signs_in_on_the_ops_login(client):
+    user_in("ops", "oncall")
+
+    response = client.post("/ops/login/", {"username": "oncall", "password": "pw", "next": "/ops/eval/"})
+
+    assert response.status_code == 302 and response["Location"] == "/ops/eval/"
+    assert client.get("/ops/eval/").status_code == 200
 
 
 def test_staff_outside_the_qa_and_ops_groups_are_refused(client):
