@@ -82,12 +82,19 @@ class Judgement:
 
 def parse_verdict(text: str) -> Verdict:
     """The JSON object in the judge's reply (code fences and text around it are tolerated), strictly checked."""
-    match = re.search(r"\{.*\}", text or "", re.S)
-    if not match:
-        raise ValueError("no JSON object in the reply")
-    data = json.loads(match.group(0))
-    if not isinstance(data, dict):
-        raise ValueError("the reply is not an object")
+    # Decode from each "{" rather than take the span from the first "{" to the last "}": prose around the
+    # verdict may quote code with braces, and at temperature 0 the retry would repeat that reply.
+    decoder, data = json.JSONDecoder(), None
+    for match in re.finditer(r"\{", text or ""):
+        try:
+            candidate, _end = decoder.raw_decode(text, match.start())
+        except ValueError:
+            continue
+        if isinstance(candidate, dict) and any(name in candidate for name in SCORES):
+            data = candidate
+            break
+    if data is None:
+        raise ValueError("no JSON verdict object in the reply")
     scores = {}
     for name in SCORES:
         value = data.get(name)

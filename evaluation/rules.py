@@ -27,8 +27,9 @@ GENERATION_GATES = (
 
 # A file path (dir/name.ext) or an example-scene path in an answer leaks internals the reader cannot open.
 PATH_RE = re.compile(
-    r"(?:[A-Za-z]:\\|(?<![\w.])/(?:[\w.-]+/)+[\w.-]*|\b[\w.-]+/(?:[\w.-]+/)*[\w-]+\.(?:md|html?|js|ts|json|glb|gltf"
-    r"|fbx|obj|png|jpe?g|txt|py)\b|\bexamples?/[\w./-]+|\bscenes?/[\w./-]+)")
+    r"(?:[A-Za-z]:\\|(?<![\w.])/(?:[\w.-]+/)+[\w.-]*|\b[\w.-]+/(?:[\w.-]+/)*[\w-]+\.(?:md|html?|js|mjs|ts|json|glb"
+    r"|gltf|fbx|obj|png|jpe?g|gif|webp|hdr|exr|ktx2|wasm|css|txt|py)\b"
+    r"|\b(?:examples?|scenes?)/[\w-]+(?:/[\w.-]+)+|\b(?:examples?|scenes?)/[\w-]+\.\w+)")
 CODE_FENCE_RE = re.compile(r"```")
 
 

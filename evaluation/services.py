@@ -15,7 +15,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from evaluation import rules
-from evaluation.judge import Judge, JudgeError
+from evaluation.judge import PROMPT_VERSION, Judge, JudgeError
 from evaluation.models import EvalResult, EvalRun, GoldenDraft, GoldenItem, GoldenSet, JudgeVerdict
 from rag.engine.generate import ChatClient
 from rag.engine.metrics import RetrievedChunk, score_question
@@ -313,7 +313,7 @@ def make_judge() -> Judge | None:
 
     def cache_put(key: str, verdict: dict) -> None:
         JudgeVerdict.objects.get_or_create(key=key, defaults={"model": client.model, "verdict": verdict,
-                                                              "prompt_version": "judge-v1"})
+                                                              "prompt_version": PROMPT_VERSION})
 
     return Judge(client=client, repeats=config["REPEATS"], cache_get=cache_get, cache_put=cache_put)
 

@@ -18,7 +18,8 @@ def _embedded_broker() -> None:
     if settings.CELERY_BROKER_URL:
         return
     folder = Path(settings.DATA_DIR) / "celery" / "queue"
-    (Path(settings.DATA_DIR) / "celery" / "processed").mkdir(parents=True, exist_ok=True)
+    for name in ("processed", "control"):
+        (Path(settings.DATA_DIR) / "celery" / name).mkdir(parents=True, exist_ok=True)
     folder.mkdir(parents=True, exist_ok=True)
     app.conf.broker_url = "filesystem://"
     app.conf.broker_transport_options = {
@@ -26,6 +27,7 @@ def _embedded_broker() -> None:
         "data_folder_out": str(folder),
         "processed_folder": str(Path(settings.DATA_DIR) / "celery" / "processed"),
         "store_processed": False,
+        "control_folder": str(Path(settings.DATA_DIR) / "celery" / "control"),  # kombu's default is ./control
     }
 
 

@@ -79,7 +79,8 @@ def judge_server(shared_judge_server):
     return shared_judge_server
 
 
-def make_judge(server: JudgeServer, *, model: str = "judge-model", repeats: int = 1, cache: dict | None = None) -> Judge:
+def make_judge(server: JudgeServer, *, model: str = "judge-model", repeats: int = 1,
+               cache: dict | None = None) -> Judge:
     client = ChatClient(base_url=server.url, model=model, timeout=(2.0, 5.0), temperature=0.0, seed=7)
     if cache is None:
         return Judge(client=client, repeats=repeats)
@@ -333,3 +334,15 @@ def test_each_repeat_is_cached_under_its_own_key(judge_server):
     again = run(make_judge(judge_server, repeats=3, cache=cache))
 
     assert (len(cache), len(judge_server.requests), again.cached, again.flaky) == (3, 3, 3, True)
+
+
+@pytest.mark.parametrize("reply", [
+    f"The answer passes {{ castShadow: true }} to the light.\n```json\n{verdict_json(5, 4, 4, 3)}\n```",
+    f"{verdict_json(5, 4, 4, 3)}\nIt should call updateProjectionMatrix() {{ after }} changing far.",
+])
+def test_braces_in_the_text_around_the_verdict_do_not_hide_it(judge_server, reply):
+    judge_server.replies = [reply]
+
+    verdict = run(make_judge(judge_server)).verdict
+
+    assert ((verdict.grounding, verdict.api_usage), len(judge_server.requests)) == ((5, 3), 1)

@@ -707,7 +707,8 @@ def test_answerable_question_planned_as_chitchat_is_a_plan_error():
 def test_negative_that_adopted_chunks_is_a_plan_error():
     result = attribute(golden("n-1", negative_kind="out_of_catalog"), adopted=[chunk("Camera"), chunk("Fog")])
 
-    assert (result.code, result.detail) == ("plan_error", "should be empty (out_of_catalog) but 2 chunk(s) were adopted")
+    assert (result.code, result.detail) == (
+        "plan_error", "should be empty (out_of_catalog) but 2 chunk(s) were adopted")
 
 
 def test_a_correction_to_another_class_that_lost_the_expected_one_is_a_plan_error():

@@ -30,19 +30,19 @@ def golden(count: int) -> str:
     return "\n".join(json.dumps(r, ensure_ascii=False) for r in rows)
 
 
-def wait_for(predicate, seconds: float = 120):
+def wait_for(predicate, seconds: float = 180):
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
-        time.sleep(0.3)
+        time.sleep(0.05)
     raise AssertionError("timed out")
 
 
 def test_a_run_on_a_redis_worker_reports_progress_and_finishes(celery_on_redis, corpus_copy):  # noqa: F811
     make_built_kb(corpus_copy)
-    run = eval_run_create(golden_set=golden_import(name="worker", kind="retrieval", text=golden(12)))
+    run = eval_run_create(golden_set=golden_import(name="worker", kind="retrieval", text=golden(120)))
 
     eval_run_execute_task.apply_async(args=[run.pk], queue=celery_on_redis)
 
@@ -54,9 +54,9 @@ def test_a_run_on_a_redis_worker_reports_progress_and_finishes(celery_on_redis, 
         return current if current.status in ("done", "failed") else None
 
     done = wait_for(finished)
-    assert done.status == "done" and done.done == done.total == 12 and done.verdict == "pass"
-    assert len(seen) > 2  # progress was visible while it ran
-    assert RequestRecord.objects.filter(channel="eval").count() == 12
+    assert done.status == "done" and done.done == done.total == 120 and done.verdict == "pass"
+    assert any(0 < n < 120 for n in seen)  # progress was visible while it ran
+    assert RequestRecord.objects.filter(channel="eval").count() == 120
 
 
 def test_a_killed_worker_leaves_the_run_failed_and_a_retry_resumes_it(celery_on_redis, corpus_copy,  # noqa: F811
@@ -64,7 +64,7 @@ def test_a_killed_worker_leaves_the_run_failed_and_a_retry_resumes_it(celery_on_
     from rag.tests import test_tasks
 
     make_built_kb(corpus_copy)
-    run = eval_run_create(golden_set=golden_import(name="crash", kind="retrieval", text=golden(60)))
+    run = eval_run_create(golden_set=golden_import(name="crash", kind="retrieval", text=golden(300)))
     eval_run_execute_task.apply_async(args=[run.pk], queue=celery_on_redis)
     wait_for(lambda: EvalRun.objects.get(pk=run.pk).done >= 3)
 
@@ -77,7 +77,7 @@ def test_a_killed_worker_leaves_the_run_failed_and_a_retry_resumes_it(celery_on_
 
     assert eval_runs_reap() == 1
     failed = EvalRun.objects.get(pk=run.pk)
-    assert failed.status == "failed" and 3 <= scored_before < 60
+    assert failed.status == "failed" and 3 <= scored_before < 300
 
     from ragsite.celery import app
 
@@ -85,6 +85,6 @@ def test_a_killed_worker_leaves_the_run_failed_and_a_retry_resumes_it(celery_on_
     eval_run_retry(failed)  # queued on commit (autocommit here), so it has run when this returns
 
     resumed = EvalRun.objects.get(pk=run.pk)
-    assert resumed.status == "done" and resumed.results.count() == 60
+    assert resumed.status == "done" and resumed.results.count() == 300 and resumed.done == 300
     asked = RequestRecord.objects.filter(channel="eval").count()
-    assert asked <= 60 + 1  # at most the question in flight at the kill is asked twice, none is counted twice
+    assert asked <= 300 + 1  # at most the question in flight at the kill is asked twice, none is counted twice

@@ -58,9 +58,9 @@ def celery_on_redis():
             worker.wait(timeout=20)
         except subprocess.TimeoutExpired:
             worker.kill()
-        app.conf.update(saved)
-        with app.pool.acquire(block=True) as connection:
+        with app.pool.acquire(block=True) as connection:  # on Redis, before the embedded broker is back
             connection.default_channel.queue_delete(queue)
+        app.conf.update(saved)
 
 
 @pytest.mark.slow
