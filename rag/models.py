@@ -119,6 +119,7 @@ class RequestRecord(models.Model):
     prompt_tokens = models.PositiveIntegerField(default=0)
     completion_tokens = models.PositiveIntegerField(default=0)
     latency_ms = models.FloatField(default=0)
+    hit_count = models.PositiveSmallIntegerField(default=0, help_text="Chunks adopted; 0 with no error: an empty result")
     timings = models.JSONField(default=dict, blank=True)
     # Who called, through what (MCP): the key's public prefix (never the key), the tool, its arguments,
     # the MCP session and the transport (http or stdio).
@@ -132,7 +133,8 @@ class RequestRecord(models.Model):
     class Meta:
         ordering = ["-created_at"]
         indexes = [models.Index(fields=["channel", "created_at"]),
-                   models.Index(fields=["api_key_prefix", "created_at"])]
+                   models.Index(fields=["api_key_prefix", "created_at"]),
+                   models.Index(fields=["error_code", "created_at"])]
 
     def __str__(self) -> str:
         return f"{self.channel}:{self.request_id}"

@@ -355,6 +355,7 @@ def request_record_write(*, channel: str, kind: str, request_id: str, kb: str, q
             adopted=[{"chunk_id": h.chunk.chunk_id, "score": round(h.score, 6), "class_name": h.chunk.class_name,
                       "member": h.chunk.member, "source": h.chunk.source} for h in result.hits],
             excluded=list(result.excluded),
+            hit_count=len(result.hits),
             timings={**result.timings_ms, **({"generate": generate_ms} if generate_ms is not None else {})},
         )
     if answer is not None:

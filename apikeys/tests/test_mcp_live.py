@@ -1,5 +1,6 @@
 """End to end (slow): the SDK's MCP client against a live Daphne serving /mcp in the Django ASGI app, with and
-without keys, from a foreign Origin, over the rate limit, in debug mode; and the same tools over stdio."""
+without keys, from a foreign Origin, over the daily quota, in debug mode; and the same tools over stdio.
+(The per-minute rate limit shares the refusal path; it is tested in test_usage without a clock to race.)"""
 
 from __future__ import annotations
 
@@ -73,7 +74,7 @@ def open_sessions() -> int:
 
 
 def test_production_mode_keys_origins_limits_usage_and_records(kb, owner):
-    key, secret = api_key_issue(owner=owner, name="cursor", rate_limit_per_minute=2)
+    key, secret = api_key_issue(owner=owner, name="cursor", daily_quota=2)
     revoked, revoked_secret = api_key_issue(owner=owner, name="old laptop")
     api_key_revoke(key=revoked)
 
@@ -83,16 +84,16 @@ def test_production_mode_keys_origins_limits_usage_and_records(kb, owner):
         http, client = connect(url, secret, seen=seen)
         async with http, client:
             outcome["tools"], outcome["search"], outcome["ask"] = await call_both(client)
+            with pytest.raises(MCPError) as limited:
+                await client.call_tool("search_sdk_docs", {"question": QUESTION})  # a third call today
+            outcome["limited"] = limited.value
+            outcome["limited_response"] = seen[-1]
+            outcome["limit_headers"] = [r.headers.get("RateLimit-Remaining") for r in seen
+                                        if r.request.method == "POST" and "RateLimit-Limit" in r.headers]
             deadline = time.monotonic() + 15  # the server publishes its session count every 5 s
             while (sessions := await asyncio.to_thread(open_sessions)) < 1 and time.monotonic() < deadline:
                 await asyncio.sleep(1)
             outcome["open_sessions"] = sessions
-            outcome["limit_headers"] = [r.headers.get("RateLimit-Remaining") for r in seen
-                                        if r.request.method == "POST" and "RateLimit-Limit" in r.headers]
-            with pytest.raises(MCPError) as limited:
-                await client.call_tool("search_sdk_docs", {"question": QUESTION})  # a third call in the minute
-            outcome["limited"] = limited.value
-            outcome["limited_response"] = seen[-1]
         for name, (key_value, headers) in {"no key": (None, {}), "revoked": (revoked_secret, {}),
                                            "wrong origin": (secret, {"Origin": "http://evil.example"})}.items():
             http, client = connect(url, key_value, headers=headers)
@@ -114,8 +115,8 @@ def test_production_mode_keys_origins_limits_usage_and_records(kb, owner):
     assert search.structured_content["index_version"] == kb.active_version.name
     assert not ask.is_error and ask.structured_content["citations"]
     assert outcome["open_sessions"] >= 1
-    assert outcome["limit_headers"] == ["1", "0"]  # RateLimit-* on the two admitted calls
-    assert outcome["limited"].error.data["code"] == "rate_limited"
+    assert outcome["limit_headers"][:2] == ["1", "0"]  # RateLimit-* on the two admitted calls (then the 429's)
+    assert outcome["limited"].error.data["code"] == "quota_exceeded"
     assert outcome["limited_response"].status_code == 429
     assert int(outcome["limited_response"].headers["Retry-After"]) >= 1
     assert outcome["no key"].error.data["code"] == "missing_api_key"
@@ -131,7 +132,7 @@ def test_production_mode_keys_origins_limits_usage_and_records(kb, owner):
     assert all(r.session_id and r.transport == "http" for r in records)
     assert len({r.session_id for r in records}) == 1
     assert admitted[0].arguments == {"question": QUESTION, "top_k": 3, "kb": "sdk"}
-    assert [r.error_code for r in records if r.error_code] == ["rate_limited"]
+    assert [r.error_code for r in records if r.error_code] == ["quota_exceeded"]
     usage = {u.tool: u.calls for u in ApiKeyUsage.objects.filter(key=key)}
     assert usage == {"search_sdk_docs": 1, "ask_sdk_docs": 1}
     assert not ApiKeyUsage.objects.filter(key=revoked).exists()

@@ -30,6 +30,12 @@ def redis_answers() -> bool:
         return False
 
 
+def reset_pools(app) -> None:
+    """Forget the app's broker connection and producer pools, so the next publish uses the current broker_url."""
+    app._pool = None
+    app.amqp._producer_pool = None
+
+
 @pytest.fixture
 def celery_on_redis():
     """Point this process's Celery app at Redis (not eager) and start one worker on a private queue."""
@@ -42,6 +48,7 @@ def celery_on_redis():
     queue = f"test-{uuid.uuid4().hex[:8]}"
     saved = {key: app.conf.get(key) for key in ("broker_url", "task_always_eager", "broker_transport_options")}
     app.conf.update(broker_url=REDIS_URL, task_always_eager=False, broker_transport_options={})
+    reset_pools(app)  # an earlier test may have opened them on the embedded broker
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "ragsite.settings", "RAG_DATA_DIR": str(settings.DATA_DIR),
            "DATABASE_URL": database_url_of_test_db(), "CELERY_BROKER_URL": REDIS_URL}
     worker = subprocess.Popen(
@@ -61,6 +68,7 @@ def celery_on_redis():
         with app.pool.acquire(block=True) as connection:  # on Redis, before the embedded broker is back
             connection.default_channel.queue_delete(queue)
         app.conf.update(saved)
+        reset_pools(app)
 
 
 @pytest.mark.slow
