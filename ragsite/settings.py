@@ -8,8 +8,9 @@ import os
 from pathlib import Path
 
 import dj_database_url
+from celery.schedules import crontab
 
-from .env import env_bool, env_int, env_list, env_secret, env_str, local_secret_key
+from .env import env_bool, env_float, env_int, env_list, env_secret, env_str, local_secret_key
 
 # Keep numpy's BLAS to one thread so it does not compete with the embedder's threads on small machines.
 for _name in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -65,6 +66,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "opsboard.context.ops_alerts",
             ],
         },
     },
@@ -121,6 +123,8 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TIMEZONE = TIME_ZONE
 CELERY_BEAT_SCHEDULE = {  # `make run` embeds beat in its worker; in production run one `celery beat`
     "eval-runs-reap": {"task": "evaluation.tasks.eval_runs_reap_task", "schedule": 300.0},
+    "ops-alerts": {"task": "opsboard.tasks.alerts_evaluate_task", "schedule": 60.0},
+    "ops-daily-report": {"task": "opsboard.tasks.daily_report_task", "schedule": crontab(hour=0, minute=10)},
 }
 
 REST_FRAMEWORK = {
@@ -179,6 +183,21 @@ RAG_EVAL_MAX_NEWLY_FAILING = env_int("RAG_EVAL_MAX_NEWLY_FAILING", default=2, mi
 RAG_EVAL_STALE_SECONDS = env_int("RAG_EVAL_STALE_SECONDS", default=600, minimum=30)  # no heartbeat: run failed
 RAG_QA_GROUP = env_str("RAG_QA_GROUP", default="qa")  # may launch, cancel and retry eval runs
 RAG_OPS_GROUP = env_str("RAG_OPS_GROUP", default="ops")  # may read the ops site (and the eval center)
+
+# Ops alerts (opsboard): evaluated every minute over the last RAG_ALERT_WINDOW_MINUTES by a beat job; a firing
+# alert shows on every ops page, is recorded, and is POSTed as JSON to RAG_ALERT_WEBHOOK_URL when set.
+RAG_ALERTS = {
+    "WINDOW_MINUTES": env_int("RAG_ALERT_WINDOW_MINUTES", default=15, minimum=1),
+    "MIN_REQUESTS": env_int("RAG_ALERT_MIN_REQUESTS", default=20, minimum=1),  # rates need this many requests
+    "THUMBS_DOWN_RATE": env_float("RAG_ALERT_THUMBS_DOWN_RATE", default=0.2, minimum=0),
+    "LOW_CONFIDENCE_RATE": env_float("RAG_ALERT_LOW_CONFIDENCE_RATE", default=0.3, minimum=0),
+    "FAILURE_RATE": env_float("RAG_ALERT_FAILURE_RATE", default=0.05, minimum=0),
+    "P95_LATENCY_MS": env_int("RAG_ALERT_P95_LATENCY_MS", default=5000, minimum=1),
+    "QUEUE_DEPTH": env_int("RAG_ALERT_QUEUE_DEPTH", default=50, minimum=1),
+    "TOKEN_POOL_REMAINING": env_float("RAG_ALERT_TOKEN_POOL_REMAINING", default=0.1, minimum=0),
+    "WEBHOOK_URL": env_secret("RAG_ALERT_WEBHOOK_URL"),  # may carry a token: treated as a secret
+}
+RAG_SLOW_REQUEST_MS = env_int("RAG_SLOW_REQUEST_MS", default=3000, minimum=1)  # "slow" on the realtime page
 
 LOGGING = {
     "version": 1,

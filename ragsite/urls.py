@@ -12,5 +12,6 @@ urlpatterns = [
     path("", include("apikeys.urls")),
     path("ops/login/", auth_views.LoginView.as_view(template_name="ops/login.html"), name="ops-login"),
     path("ops/logout/", auth_views.LogoutView.as_view(next_page="ops-login"), name="ops-logout"),
-    path("ops/eval/", include("evaluation.urls")),  # the eval center lives on the ops site
+    path("ops/eval/", include("evaluation.urls")),
+    path("ops/", include("opsboard.urls")),  # the eval center lives on the ops site
 ]

@@ -1,0 +1,286 @@
+"""Everything the ops site shows, read from the database (aggregated there, not in Python), the shared cache
+and the broker. Nothing here writes."""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass
+from pathlib import Path
+
+from django.conf import settings
+from django.db.models import Count, Q, Sum
+from django.db.models.functions import Trunc
+from django.utils import timezone
+
+from apikeys.models import ApiKey
+from assistant.models import TokenPool
+from evaluation.models import EvalRun
+from opsboard.models import AlertEvent, DailyReport
+from rag import live
+from rag.models import IndexVersion, KnowledgeBase, RequestRecord
+from rag.pipeline import breaker_state
+
+USER_CHANNELS = ("web", "mcp")
+# Latency histogram edges (ms): percentiles are read off cumulative counts the database computes per bucket,
+# so p50/p95 are upper bounds of the bucket the percentile falls in (shown as "≤").
+LATENCY_EDGES = (10, 20, 30, 50, 75, 100, 150, 200, 300, 500, 750, 1000, 1500, 2000, 3000, 5000, 10000, 30000, 60000)
+OUTCOMES = ("ok", "failed", "empty", "low", "degraded", "thumbs_down")
+
+
+def outcome_filter(outcome: str) -> Q:
+    return {
+        "ok": Q(error_code="") & ~Q(hit_count=0),
+        "failed": ~Q(error_code=""),
+        "empty": Q(error_code="", hit_count=0),
+        "low": Q(confidence="low"),
+        "degraded": Q(degraded=True),
+        "thumbs_down": Q(feedback__isnull=False),
+    }[outcome]
+
+
+def _aggregates() -> dict:
+    counts = {
+        "requests": Count("id"),
+        "failures": Count("id", filter=~Q(error_code="")),
+        "empty": Count("id", filter=Q(error_code="", hit_count=0)),
+        "low": Count("id", filter=Q(confidence="low")),
+        "degraded": Count("id", filter=Q(degraded=True)),
+        "thumbs_down": Count("feedback"),
+        "prompt_tokens": Sum("prompt_tokens"),
+        "completion_tokens": Sum("completion_tokens"),
+    }
+    counts.update({f"le_{edge}": Count("id", filter=Q(latency_ms__lte=edge)) for edge in LATENCY_EDGES})
+    return counts
+
+
+def _percentile(row: dict, q: float) -> int | None:
+    """The histogram edge at or under which a fraction q of the row's requests finished."""
+    total = row["requests"]
+    if not total:
+        return None
+    for edge in LATENCY_EDGES:
+        if row[f"le_{edge}"] >= q * total:
+            return edge
+    return None  # beyond the last edge
+
+
+def _shape(row: dict) -> dict:
+    out = {k: (row[k] or 0) for k in ("requests", "failures", "empty", "low", "degraded", "thumbs_down")}
+    out["tokens"] = (row["prompt_tokens"] or 0) + (row["completion_tokens"] or 0)
+    out["p50_ms"], out["p95_ms"] = _percentile(row, 0.5), _percentile(row, 0.95)
+    for name in ("failures", "empty", "low", "degraded", "thumbs_down"):
+        out[f"{name}_rate"] = out[name] / out["requests"] if out["requests"] else None
+    return out
+
+
+def channel_totals(channel: str, since, until) -> dict:
+    rows = RequestRecord.objects.filter(channel=channel, created_at__gte=since, created_at__lt=until)
+    return _shape(rows.aggregate(**_aggregates()))
+
+
+def channel_series(channel: str, since, until, bucket: str) -> list[dict]:
+    """Per hour or day: requests, failures, empty, low confidence, degraded, thumbs-down, tokens, p50/p95."""
+    rows = (RequestRecord.objects.filter(channel=channel, created_at__gte=since, created_at__lt=until)
+            .annotate(bucket=Trunc("created_at", bucket, tzinfo=timezone.get_current_timezone()))
+            .values("bucket").annotate(**_aggregates()).order_by("bucket"))
+    found = {row["bucket"]: _shape(row) for row in rows}
+    series, step = [], datetime.timedelta(hours=1) if bucket == "hour" else datetime.timedelta(days=1)
+    start = timezone.localtime(since).replace(minute=0, second=0, microsecond=0)
+    if bucket == "day":
+        start = start.replace(hour=0)
+    moment = start
+    while moment < until:
+        series.append({"bucket": moment, **found.get(moment, _shape({**{k: 0 for k in _aggregates()}}))})
+        moment += step
+    return series
+
+
+def top_failing_questions(channel: str, since, until, limit: int = 10) -> list[dict]:
+    """The questions that most often failed, came back empty, had low confidence or got a thumbs-down."""
+    bad = ~Q(error_code="") | Q(hit_count=0) | Q(confidence="low") | Q(feedback__isnull=False)
+    return list(RequestRecord.objects.filter(bad, channel=channel, created_at__gte=since, created_at__lt=until)
+                .values("question").annotate(times=Count("id")).order_by("-times", "question")[:limit])
+
+
+def window(name: str) -> tuple[datetime.datetime, datetime.datetime, str]:
+    """`24h` (hourly buckets), `7d` or `30d` (daily buckets): (since, until, bucket)."""
+    now = timezone.now()
+    if name == "7d":
+        return now - datetime.timedelta(days=7), now, "day"
+    if name == "30d":
+        return now - datetime.timedelta(days=30), now, "day"
+    return now - datetime.timedelta(hours=24), now, "hour"
+
+
+# -- request list and trace --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RequestFilter:
+    channel: str = ""
+    outcome: str = ""
+    key: str = ""
+    text: str = ""
+    since: datetime.datetime | None = None
+    until: datetime.datetime | None = None
+    before: int | None = None  # keyset pagination: records with a smaller id
+
+
+PAGE_SIZE = 50
+
+
+def request_page(flt: RequestFilter) -> tuple[list[RequestRecord], int | None]:
+    """One page of requests, newest first, and the id to continue from (None on the last page)."""
+    rows = RequestRecord.objects.all()
+    if flt.channel:
+        rows = rows.filter(channel=flt.channel)
+    if flt.outcome in OUTCOMES:
+        rows = rows.filter(outcome_filter(flt.outcome))
+    if flt.key:
+        rows = rows.filter(api_key_prefix=flt.key)
+    if flt.since:
+        rows = rows.filter(created_at__gte=flt.since)
+    if flt.until:
+        rows = rows.filter(created_at__lt=flt.until)
+    if flt.text:
+        rows = rows.filter(question__icontains=flt.text)
+    if flt.before:
+        rows = rows.filter(id__lt=flt.before)
+    page = list(rows.order_by("-id").only(
+        "id", "request_id", "channel", "kind", "kb", "question", "error_code", "confidence", "degraded", "hit_count",
+        "latency_ms", "prompt_tokens", "completion_tokens", "api_key_prefix", "tool", "created_at")[:PAGE_SIZE + 1])
+    more = len(page) > PAGE_SIZE
+    page = page[:PAGE_SIZE]
+    thumbs = set(RequestRecord.objects.filter(id__in=[r.id for r in page], feedback__isnull=False)
+                 .values_list("id", flat=True))
+    for record in page:
+        record.thumbs_down = record.id in thumbs
+    return page, (page[-1].id if more else None)
+
+
+def request_trace(request_id: str) -> dict | None:
+    """One request with everything recorded about it, plus the generation prompt rebuilt from its evidence."""
+    record = RequestRecord.objects.filter(request_id=request_id).select_related("feedback").first()
+    if record is None:
+        return None
+    feedback = getattr(record, "feedback", None) if hasattr(record, "feedback") else None
+    version = IndexVersion.objects.filter(kb__slug=record.kb, name=record.index_version).first()
+    return {"record": record, "feedback": feedback, "version": version,
+            "version_kept": bool(version and version.status == IndexVersion.Status.READY),
+            "prompt": _rebuilt_prompt(record, version), "routes": sorted(record.retrieved.items())}
+
+
+def _rebuilt_prompt(record: RequestRecord, version) -> list[dict] | None:
+    """The messages a model got (or would have got) for this request; only when its version is still kept."""
+    if record.kind != "chat" or not record.adopted or not version or version.status != IndexVersion.Status.READY:
+        return None
+    from rag.engine.generate import build_messages
+    from rag.engine.types import Hit
+    from rag.pipeline import get_engine
+
+    try:
+        reader = get_engine().reader(record.kb, record.index_version)
+    except Exception:  # noqa: BLE001  (a version whose files are gone: no prompt, the trace still shows)
+        return None
+    hits = []
+    for item in record.adopted:
+        index = reader.index_of(item["chunk_id"])
+        if index is not None:
+            hits.append(Hit(chunk=reader.chunks[index], score=item.get("score", 0.0), source="rrf"))
+    return build_messages(record.plan.get("corrected_question") or record.question, hits)
+
+
+# -- realtime -------------------------------------------------------------------------------------------
+
+
+def queue_depth() -> int | None:
+    """Messages waiting in Celery's default queue (Redis or the embedded filesystem broker)."""
+    from ragsite.celery import app
+
+    try:
+        with app.connection_for_read() as connection:
+            return connection.default_channel.queue_declare(queue="celery", passive=True).message_count
+    except Exception:  # noqa: BLE001  (a broker that is down or a queue never declared: unknown, not an error page)
+        return None
+
+
+def recent_problems() -> list[dict]:
+    """Failures and slow requests of the last 5, 15 and 60 minutes, per channel."""
+    now = timezone.now()
+    slow = settings.RAG_SLOW_REQUEST_MS
+    hour = RequestRecord.objects.filter(created_at__gte=now - datetime.timedelta(minutes=60))
+    aggregates = {}
+    for minutes in (5, 15, 60):
+        since = now - datetime.timedelta(minutes=minutes)
+        aggregates[f"failed_{minutes}"] = Count("id", filter=Q(created_at__gte=since) & ~Q(error_code=""))
+        aggregates[f"slow_{minutes}"] = Count("id", filter=Q(created_at__gte=since, latency_ms__gt=slow))
+        aggregates[f"all_{minutes}"] = Count("id", filter=Q(created_at__gte=since))
+    return list(hour.values("channel").annotate(**aggregates).order_by("channel"))
+
+
+def active_versions() -> list[dict]:
+    return [{"kb": kb.slug, "version": kb.active_version.name if kb.active_version else None,
+             "built_at": kb.active_version.built_at if kb.active_version else None}
+            for kb in KnowledgeBase.objects.select_related("active_version").order_by("slug")]
+
+
+def live_status() -> dict:
+    now = timezone.now()
+    snapshot = live.snapshot()
+    breaker = breaker_state()
+    building = IndexVersion.objects.filter(status=IndexVersion.Status.BUILDING).select_related("kb")
+    return {
+        "at": now.isoformat(),
+        "mcp_sessions": snapshot["gauges"].get("mcp_sessions", 0),
+        "in_flight": {channel: snapshot["in_flight"].get(channel, 0) for channel in ("web", "mcp", "eval", "cli")},
+        "processes": snapshot["processes"],
+        "queue_depth": queue_depth(),
+        "builds_running": [{"kb": v.kb.slug, "version": v.name, "embedded": v.chunks_embedded} for v in building],
+        "eval_runs_running": EvalRun.objects.filter(status__in=["queued", "running"]).count(),
+        "breaker": breaker,
+        "recent": recent_problems(),
+        "active_versions": [{**v, "built_at": v["built_at"].isoformat() if v["built_at"] else None}
+                            for v in active_versions()],
+    }
+
+
+# -- freshness, reports, alerts ------------------------------------------------------------------------
+
+
+def freshness() -> list[dict]:
+    """Per knowledge base: the active version and, per document, whether its source changed since."""
+    from rag.engine.ingest import read_folder
+
+    out = []
+    for kb in KnowledgeBase.objects.select_related("active_version").order_by("slug"):
+        version = kb.active_version
+        indexed = version.document_hashes if version else {}
+        try:
+            current = {d.path: d.content_hash for d in read_folder(Path(kb.source_dir))}
+        except Exception:  # noqa: BLE001  (a source folder that is gone: every document shows as missing)
+            current = {}
+        documents = []
+        for path in sorted(set(indexed) | set(current)):
+            state = ("new" if path not in indexed else "removed" if path not in current
+                     else "stale" if indexed[path] != current[path] else "fresh")
+            documents.append({"path": path, "state": state})
+        out.append({"kb": kb, "version": version, "documents": documents,
+                    "stale": sum(d["state"] != "fresh" for d in documents)})
+    return out
+
+
+def reports() -> list[DailyReport]:
+    return list(DailyReport.objects.defer("html").order_by("-day")[:120])
+
+
+def open_alerts() -> list[AlertEvent]:
+    return list(AlertEvent.objects.filter(resolved_at__isnull=True).order_by("-fired_at")[:20])
+
+
+def token_pool_today() -> dict | None:
+    pool = TokenPool.objects.filter(channel="web", day=timezone.localdate()).first()
+    return {"limit": pool.limit, "spent": pool.spent, "remaining": pool.remaining} if pool else None
+
+
+def key_names(prefixes) -> dict[str, str]:
+    return dict(ApiKey.objects.filter(prefix__in=set(prefixes)).values_list("prefix", "name"))

@@ -1,0 +1,185 @@
+"""What the ops jobs and the replay button do: replay a request as eval traffic, build the daily report,
+evaluate alert rules. (The pages only read; replaying writes eval records, never user ones.)"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import time
+
+from django.conf import settings
+from django.db.models import Count, Q
+from django.template.loader import render_to_string
+from django.utils import timezone
+
+from opsboard import selectors
+from opsboard.models import AlertEvent, DailyReport
+from rag.errors import ServiceError
+from rag.models import IndexVersion, KnowledgeBase, RequestRecord
+from rag.services import answer_question, new_request_id, request_record_write, search
+
+log = logging.getLogger(__name__)
+
+
+# -- replay ---------------------------------------------------------------------------------------------
+
+
+def _run_as_eval(record: RequestRecord, version: str) -> dict:
+    """Ask the recorded question again, as eval traffic, against one version; the parts a replay compares."""
+    exclude = record.excluded or []
+    request_id, started = new_request_id(), time.perf_counter()
+    try:
+        if record.kind == "chat":
+            outcome = answer_question(kb=record.kb, question=record.question, exclude=exclude, version=version)
+            result, answer = outcome.search, outcome.answer
+        else:
+            result, answer = search(kb=record.kb, question=record.question, exclude=exclude, version=version), None
+    except ServiceError as exc:
+        return {"version": version, "error": f"{exc.code}: {exc.message}"}
+    request_record_write(channel="eval", kind=record.kind, request_id=request_id, kb=record.kb,
+                         question=record.question, result=result, answer=answer,
+                         latency_ms=(time.perf_counter() - started) * 1000)
+    return {"version": version, "request_id": request_id, "plan": result.plan.as_dict(),
+            "evidence": [h.chunk.chunk_id for h in result.hits],
+            "answer": answer.text if answer else "", "confidence": answer.confidence if answer else ""}
+
+
+def replay_request(request_id: str) -> dict:
+    """Re-run a request against its recorded version (when still kept) and the active one, side by side."""
+    record = RequestRecord.objects.filter(request_id=request_id).first()
+    if record is None:
+        raise ServiceError("request_not_found", "No request with this id.", status=404)
+    if not record.question.strip():
+        raise ServiceError("nothing_to_replay", "This request has no question to ask again.")
+    original = {"version": record.index_version, "request_id": record.request_id, "plan": record.plan,
+                "evidence": [a["chunk_id"] for a in record.adopted], "answer": record.answer,
+                "confidence": record.confidence}
+    active = KnowledgeBase.objects.filter(slug=record.kb).values_list("active_version__name", flat=True).first()
+    recorded_kept = IndexVersion.objects.filter(kb__slug=record.kb, name=record.index_version,
+                                                status=IndexVersion.Status.READY).exists()
+    runs = {"recorded": _run_as_eval(record, record.index_version) if recorded_kept else None,
+            "active": _run_as_eval(record, active) if active else None}
+    return {"record": record, "original": original, "recorded_kept": recorded_kept, "active_version": active,
+            "runs": runs, "same": {name: _same(original, run) for name, run in runs.items() if run}}
+
+
+def _same(original: dict, run: dict) -> dict:
+    if "error" in run:
+        return {"plan": False, "evidence": False, "answer": False}
+    keys = ("kind", "classes", "members", "corrections")
+    return {"plan": all((original["plan"] or {}).get(k) == run["plan"].get(k) for k in keys),
+            "evidence": original["evidence"] == run["evidence"],
+            "answer": (original["answer"] or "") == (run["answer"] or "")}
+
+
+# -- the daily report -----------------------------------------------------------------------------------
+
+
+def _day_bounds(day: datetime.date) -> tuple[datetime.datetime, datetime.datetime]:
+    tz = timezone.get_current_timezone()
+    start = datetime.datetime.combine(day, datetime.time(), tzinfo=tz)
+    return start, start + datetime.timedelta(days=1)
+
+
+def daily_report_build(day: datetime.date | None = None) -> DailyReport:
+    """Build (or rebuild) the report of a day, by default yesterday: volumes, quality, latency, tokens,
+    feedback, breaker openings, the slowest and the failed requests, per channel with eval apart."""
+    day = day or timezone.localdate() - datetime.timedelta(days=1)
+    since, until = _day_bounds(day)
+    channels = {channel: selectors.channel_totals(channel, since, until) for channel in ("web", "mcp", "eval")}
+    hours = {channel: selectors.channel_series(channel, since, until, "hour") for channel in ("web", "mcp")}
+    day_rows = RequestRecord.objects.filter(created_at__gte=since, created_at__lt=until)
+    user_rows = day_rows.filter(channel__in=selectors.USER_CHANNELS)
+    slowest = list(user_rows.order_by("-latency_ms").values("request_id", "channel", "question", "latency_ms")[:10])
+    failed = list(user_rows.exclude(error_code="").order_by("created_at")
+                  .values("request_id", "channel", "question", "error_code", "created_at")[:50])
+    failed_by_code = list(user_rows.exclude(error_code="").values("error_code").annotate(n=Count("id"))
+                          .order_by("-n"))
+    breaker_openings = AlertEvent.objects.filter(rule="breaker_open", fired_at__gte=since, fired_at__lt=until).count()
+    summary = {
+        "day": day.isoformat(),
+        "channels": channels,
+        "feedback": {c: channels[c]["thumbs_down"] for c in selectors.USER_CHANNELS},
+        "breaker_openings": breaker_openings,
+        "failed_by_code": failed_by_code,
+        "slowest": [{**row, "latency_ms": round(row["latency_ms"], 1)} for row in slowest],
+        "failed": [{**row, "created_at": row["created_at"].isoformat()} for row in failed],
+        "hourly": {c: [{"hour": timezone.localtime(b["bucket"]).strftime("%H"), "requests": b["requests"],
+                        "failures": b["failures"], "p95_ms": b["p95_ms"]} for b in series]
+                   for c, series in hours.items()},
+    }
+    html = render_to_string("opsboard/daily_report.html", {"summary": summary, "day": day,
+                                                           "generated_at": timezone.now()})
+    report, _ = DailyReport.objects.update_or_create(day=day, defaults={"summary": summary, "html": html})
+    return report
+
+
+def daily_report_json(report: DailyReport) -> str:
+    return json.dumps(report.summary, ensure_ascii=False, indent=1, default=str)
+
+
+# -- alerts ---------------------------------------------------------------------------------------------
+
+
+def _rule_values() -> list[tuple[str, float | None, float, str]]:
+    """(rule, value, threshold, message) for every alert rule, over the alert window of user traffic."""
+    config = settings.RAG_ALERTS
+    since = timezone.now() - datetime.timedelta(minutes=config["WINDOW_MINUTES"])
+    rows = RequestRecord.objects.filter(channel__in=selectors.USER_CHANNELS, created_at__gte=since)
+    totals = selectors._shape(rows.aggregate(**selectors._aggregates()))
+    chats = rows.filter(kind="chat").aggregate(n=Count("id"), low=Count("id", filter=Q(confidence="low")))
+    enough = totals["requests"] >= config["MIN_REQUESTS"]
+    window = f"last {config['WINDOW_MINUTES']} min"
+    breaker = selectors.breaker_state()
+    queue = selectors.queue_depth()
+    pool = selectors.token_pool_today()
+    pool_left = pool["remaining"] / pool["limit"] if pool and pool["limit"] else None
+    return [
+        ("thumbs_down_rate", totals["thumbs_down_rate"] if enough else None, config["THUMBS_DOWN_RATE"],
+         f"thumbs-down rate {window}"),
+        ("low_confidence_rate", chats["low"] / chats["n"] if chats["n"] >= config["MIN_REQUESTS"] else None,
+         config["LOW_CONFIDENCE_RATE"], f"low-confidence answers {window}"),
+        ("failure_rate", totals["failures_rate"] if enough else None, config["FAILURE_RATE"], f"failures {window}"),
+        ("p95_latency_ms", totals["p95_ms"] if enough else None, config["P95_LATENCY_MS"], f"p95 latency {window}"),
+        ("breaker_open", 1.0 if breaker and breaker["state"] != "closed" else 0.0, 0.5,
+         "the generation model's circuit breaker is open"),
+        ("queue_depth", queue, config["QUEUE_DEPTH"], "tasks waiting in the Celery queue"),
+        ("token_pool_low", (1 - pool_left) if pool_left is not None else None, 1 - config["TOKEN_POOL_REMAINING"],
+         "share of today's web token pool spent"),
+    ]
+
+
+def alerts_evaluate() -> list[AlertEvent]:
+    """Open an alert for each rule over its threshold (and send it), resolve those back within; return open ones."""
+    now = timezone.now()
+    for rule, value, threshold, message in _rule_values():
+        firing = value is not None and value > threshold
+        current = AlertEvent.objects.filter(rule=rule, resolved_at__isnull=True).first()
+        if firing and current is None:
+            event = AlertEvent.objects.create(rule=rule, value=value, threshold=threshold,
+                                              message=f"{message}: {value:.3g} (threshold {threshold:.3g})")
+            _deliver(event)
+        elif firing:
+            AlertEvent.objects.filter(pk=current.pk).update(value=value, last_seen_at=now)
+        elif current is not None:
+            AlertEvent.objects.filter(pk=current.pk).update(resolved_at=now)
+    return selectors.open_alerts()
+
+
+def _deliver(event: AlertEvent) -> None:
+    """POST the alert as JSON to the configured webhook; a failure is recorded, never raised."""
+    url = settings.RAG_ALERTS["WEBHOOK_URL"]
+    if not url:
+        return
+    import requests
+
+    payload = {"rule": event.rule, "message": event.message, "value": event.value, "threshold": event.threshold,
+               "fired_at": event.fired_at.isoformat()}
+    try:
+        response = requests.post(url, json=payload, timeout=5)
+        ok = 200 <= response.status_code < 300
+        error = "" if ok else f"HTTP {response.status_code}"
+    except requests.RequestException as exc:
+        ok, error = False, type(exc).__name__
+    AlertEvent.objects.filter(pk=event.pk).update(delivered=ok, delivery_error=error[:300])

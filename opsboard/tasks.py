@@ -1,0 +1,15 @@
+from celery import shared_task
+
+from opsboard.services import alerts_evaluate, daily_report_build
+
+
+@shared_task
+def daily_report_task() -> str:
+    """Shortly after midnight (beat): yesterday's report."""
+    return str(daily_report_build().day)
+
+
+@shared_task
+def alerts_evaluate_task() -> int:
+    """Every minute (beat): open, refresh or resolve alerts; returns how many are firing."""
+    return len(alerts_evaluate())

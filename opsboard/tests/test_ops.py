@@ -1,0 +1,323 @@
+"""The ops site: who may read it, aggregates against numbers worked out by hand, escaping, the trace and the
+replay, the daily report of a fixture day, alerts (recorded and sent to a webhook), freshness, query counts."""
+
+from __future__ import annotations
+
+import datetime
+import json
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.core.management import call_command
+from django.utils import timezone
+
+from assistant.models import Feedback
+from conftest import JsonHandler, serve_on_loopback
+from opsboard import selectors
+from opsboard.models import AlertEvent, DailyReport
+from opsboard.services import alerts_evaluate, daily_report_build
+from rag.models import RequestRecord
+from rag.tests.conftest import make_built_kb
+
+pytestmark = pytest.mark.django_db
+
+XSS = "<img src=x onerror=alert(1)>"
+PAGES = ["/ops/", "/ops/?window=7d", "/ops/eval-traffic", "/ops/requests", "/ops/live", "/ops/live.json",
+         "/ops/reports", "/ops/freshness"]
+
+
+def ops_user(name="oncall", group="ops"):
+    user = get_user_model().objects.create_user(name, password="pw")
+    if group:
+        user.groups.add(Group.objects.get_or_create(name=group)[0])
+    return user
+
+
+def record(n: int, *, at, channel="web", kind="chat", error="", hits=3, confidence="high", degraded=False,
+           latency=40.0, prompt=0, completion=0, question=None, key="", thumbs=False) -> RequestRecord:
+    row = RequestRecord.objects.create(
+        request_id=f"req_{channel}_{n}", channel=channel, kind=kind, kb="sdk", question=question or f"question {n}",
+        error_code=error, hit_count=hits, confidence=confidence, degraded=degraded, latency_ms=latency,
+        prompt_tokens=prompt, completion_tokens=completion, api_key_prefix=key,
+        adopted=[{"chunk_id": f"c{i}", "class_name": "Clock", "member": "", "source": "Clock.md", "score": 1.0}
+                 for i in range(hits)])
+    RequestRecord.objects.filter(pk=row.pk).update(created_at=at)
+    if thumbs:
+        Feedback.objects.create(request=row, reason="wrong")
+    return row
+
+
+@pytest.fixture
+def day():
+    """A fixed local day, yesterday, with its start as an aware datetime."""
+    date = timezone.localdate() - datetime.timedelta(days=1)
+    start = datetime.datetime.combine(date, datetime.time(), tzinfo=timezone.get_current_timezone())
+    return date, start
+
+
+@pytest.fixture
+def fixture_day(day):
+    """Ten web requests and three MCP ones on one day, with outcomes chosen so the totals are easy to check."""
+    _, start = day
+    at = lambda hour: start + datetime.timedelta(hours=hour, minutes=5)  # noqa: E731
+    # web, hour 9: 4 requests — ok (15 ms), ok (45 ms, thumbs-down), failed (900 ms), empty (25 ms)
+    record(1, at=at(9), latency=15, prompt=100, completion=20)
+    record(2, at=at(9), latency=45, prompt=200, completion=30, thumbs=True)
+    record(3, at=at(9), latency=900, error="generation_failed", hits=0, confidence="")
+    record(4, at=at(9), latency=25, hits=0, confidence="none")
+    # web, hour 14: 6 requests — 4 ok at 60 ms, 1 low confidence at 120 ms, 1 degraded at 2500 ms
+    for n in range(5, 9):
+        record(n, at=at(14), latency=60)
+    record(9, at=at(14), latency=120, confidence="low")
+    record(10, at=at(14), latency=2500, degraded=True, confidence="medium")
+    # mcp: 3 searches, one failed (rate_limited), keyed
+    record(11, at=at(10), channel="mcp", kind="search", latency=30, key="rkabc")
+    record(12, at=at(10), channel="mcp", kind="search", latency=35, key="rkabc")
+    record(13, at=at(11), channel="mcp", kind="search", latency=5, key="rkabc", error="rate_limited", hits=0)
+    # eval traffic the same day must never count as user traffic
+    record(14, at=at(9), channel="eval", latency=10, error="kb_not_found", hits=0)
+    return start
+
+
+def test_anonymous_staff_without_the_group_and_the_ops_group(client):
+    assert client.get("/ops/")["Location"].startswith("/ops/login/?next=/ops/")
+    client.force_login(get_user_model().objects.create_user("staff", password="pw", is_staff=True))
+    assert client.get("/ops/").status_code == 403
+    client.force_login(ops_user())
+    assert all(client.get(url).status_code == 200 for url in PAGES)
+
+
+def test_the_qa_group_alone_cannot_read_the_ops_pages(client):
+    client.force_login(ops_user("tester", group="qa"))
+
+    assert client.get("/ops/requests").status_code == 403
+
+
+def test_channel_totals_match_the_numbers_worked_out_by_hand(fixture_day):
+    start, end = fixture_day, fixture_day + datetime.timedelta(days=1)
+
+    web = selectors.channel_totals("web", start, end)
+    mcp = selectors.channel_totals("mcp", start, end)
+
+    assert (web["requests"], web["failures"], web["empty"], web["low"], web["degraded"], web["thumbs_down"]) == (
+        10, 1, 1, 1, 1, 1)  # empty counts answers without error and without chunks: #4 only
+    assert web["tokens"] == 100 + 20 + 200 + 30
+    # latencies sorted: 15 25 45 60 60 60 60 120 900 2500 -> the 5th of 10 (p50) is 60 (bucket ≤75),
+    # the 95th percentile is the 10th: 2500 (bucket ≤3000)
+    assert (web["p50_ms"], web["p95_ms"]) == (75, 3000)
+    assert web["failures_rate"] == pytest.approx(0.1)
+    assert (mcp["requests"], mcp["failures"], mcp["empty"]) == (3, 1, 0)
+
+
+def test_the_hourly_series_puts_each_request_in_its_hour(fixture_day):
+    series = selectors.channel_series("web", fixture_day, fixture_day + datetime.timedelta(days=1), "hour")
+
+    by_hour = {timezone.localtime(p["bucket"]).hour: p for p in series}
+    assert len(series) == 24 and sum(p["requests"] for p in series) == 10
+    assert (by_hour[9]["requests"], by_hour[9]["failures"], by_hour[14]["requests"], by_hour[14]["p95_ms"]) == (
+        4, 1, 6, 3000)
+    assert by_hour[3]["requests"] == 0 and by_hour[3]["p50_ms"] is None
+
+
+def test_the_top_failing_questions_come_from_the_channel_only(fixture_day):
+    record(20, at=fixture_day + datetime.timedelta(hours=20), question="question 3", error="timeout", hits=0)
+
+    top = selectors.top_failing_questions("web", fixture_day, fixture_day + datetime.timedelta(days=1))
+
+    assert top[0] == {"question": "question 3", "times": 2}
+    assert {t["question"] for t in top} == {"question 2", "question 3", "question 4", "question 9"}
+
+
+def test_the_request_list_filters_and_pages(client, fixture_day):
+    client.force_login(ops_user())
+
+    failed = client.get("/ops/requests?outcome=failed").context["records"]
+    keyed = client.get("/ops/requests?key=rkabc&channel=mcp").context["records"]
+    text = client.get("/ops/requests?q=question 1").context["records"]
+    first = client.get("/ops/requests")
+
+    assert {r.request_id for r in failed} == {"req_web_3", "req_mcp_13", "req_eval_14"}
+    assert len(keyed) == 3 and {r.request_id for r in text} == {"req_web_1", "req_web_10", "req_mcp_11",
+                                                                 "req_mcp_12", "req_mcp_13", "req_eval_14"}
+    assert first.context["next_before"] is None and len(first.context["records"]) == 14
+
+
+def test_keyset_pagination_continues_where_the_page_ended(client, day):
+    _, start = day
+    for n in range(60):
+        record(100 + n, at=start)
+    client.force_login(ops_user())
+
+    first = client.get("/ops/requests")
+    second = client.get(f"/ops/requests?before={first.context['next_before']}")
+
+    ids = [r.id for r in first.context["records"]] + [r.id for r in second.context["records"]]
+    assert len(first.context["records"]) == 50 and len(second.context["records"]) == 10
+    assert len(set(ids)) == 60 and second.context["next_before"] is None
+
+
+def test_user_text_is_escaped_in_lists_and_traces(client, fixture_day):
+    evil = record(30, at=fixture_day, question=XSS, key="rkxss")
+    Feedback.objects.create(request=RequestRecord.objects.get(request_id="req_web_5"), reason=XSS)
+    client.force_login(ops_user())
+
+    pages = [client.get("/ops/requests").content.decode(), client.get(f"/ops/requests/{evil.request_id}").content.decode(),
+             client.get("/ops/requests/req_web_5").content.decode(), client.get("/ops/?window=7d").content.decode()]
+
+    for page in pages:
+        assert XSS not in page
+    assert "&lt;img src=x onerror=alert(1)&gt;" in pages[0] and "&lt;img" in pages[2]
+
+
+def test_pages_use_a_fixed_number_of_queries(client, fixture_day, django_assert_max_num_queries):
+    client.force_login(ops_user())
+    client.get("/ops/")  # the first request of a session also loads the user and the session
+    for url, most in [("/ops/", 12), ("/ops/requests", 10), ("/ops/requests/req_web_2", 10), ("/ops/live.json", 12),
+                      ("/ops/reports", 8)]:
+        with django_assert_max_num_queries(most):
+            assert client.get(url).status_code == 200
+    for n in range(40):  # more rows must not mean more queries
+        record(200 + n, at=fixture_day, key="rkmany")
+    with django_assert_max_num_queries(10):
+        client.get("/ops/requests")
+
+
+def test_the_trace_shows_plan_routes_evidence_prompt_and_feedback(client, corpus_copy):
+    from assistant.services import feedback_submit, web_chat
+
+    make_built_kb(corpus_copy)
+    answer = web_chat(question="PerspectiveCamera 的 fov 默认值是多少？", kb="sdk")
+    feedback_submit(request_id=answer["request_id"], reason="too short")
+    client.force_login(ops_user())
+
+    page = client.get(f"/ops/requests/{answer['request_id']}").content.decode()
+
+    assert "PerspectiveCamera" in page and "too short" in page
+    assert "Generation prompt" in page and "[1]" in page
+    assert "dense" in page and "bm25" in page  # the routes
+
+
+def test_replay_asks_again_as_eval_and_compares(client, corpus_copy):
+    from assistant.services import web_chat
+
+    make_built_kb(corpus_copy)
+    answer = web_chat(question="Raycaster setFromCamera 怎么用？", kb="sdk")
+    client.force_login(ops_user())
+
+    response = client.post(f"/ops/requests/{answer['request_id']}/replay")
+
+    assert response.status_code == 200
+    same = response.context["same"]
+    assert same["recorded"] == {"plan": True, "evidence": True, "answer": True}
+    assert same["active"] == {"plan": True, "evidence": True, "answer": True}
+    assert RequestRecord.objects.filter(channel="eval").count() == 2
+    assert RequestRecord.objects.filter(channel="web").count() == 1  # the user's record is untouched
+
+
+def test_the_daily_report_of_a_fixture_day(client, fixture_day, day):
+    date, _ = day
+
+    call_command("ops_report", "--day", date.isoformat())
+
+    report = DailyReport.objects.get(day=date)
+    channels = report.summary["channels"]
+    assert (channels["web"]["requests"], channels["mcp"]["requests"], channels["eval"]["requests"]) == (10, 3, 1)
+    assert report.summary["feedback"] == {"web": 1, "mcp": 0}
+    assert report.summary["slowest"][0]["request_id"] == "req_web_10"
+    assert {f["request_id"] for f in report.summary["failed"]} == {"req_web_3", "req_mcp_13"}  # not eval
+    assert "<script" not in report.html and "Ops report" in report.html
+    client.force_login(ops_user())
+    html = client.get(f"/ops/reports/{date.isoformat()}.html?download=1")
+    data = client.get(f"/ops/reports/{date.isoformat()}.json")
+    assert html["Content-Disposition"].startswith("attachment") and json.loads(data.content)["day"] == date.isoformat()
+    assert client.get("/ops/reports/2001-01-01.json").status_code == 404
+
+
+def test_the_nightly_job_builds_yesterday(fixture_day, day):
+    from opsboard.tasks import daily_report_task
+
+    assert daily_report_task() == day[0].isoformat()
+    assert daily_report_build(day[0]).pk == DailyReport.objects.get(day=day[0]).pk  # rebuilt in place
+
+
+class Webhook(JsonHandler):
+    received: list = []
+
+    def do_POST(self):  # noqa: N802
+        Webhook.received.append(self.read_json())
+        self.send_json(200, {"ok": True})
+
+
+def test_an_alert_fires_is_recorded_shown_and_sent_then_resolves(client, settings):
+    Webhook.received = []
+    with serve_on_loopback(Webhook) as url:
+        settings.RAG_ALERTS = {**settings.RAG_ALERTS, "WEBHOOK_URL": url, "MIN_REQUESTS": 5, "FAILURE_RATE": 0.2}
+        now = timezone.now()
+        for n in range(6):
+            record(300 + n, at=now, error="timeout" if n < 3 else "", hits=0 if n < 3 else 3)
+
+        firing = alerts_evaluate()
+        again = alerts_evaluate()  # still firing: one event, sent once
+
+        assert [a.rule for a in firing] == ["failure_rate"] and len(again) == 1
+        event = AlertEvent.objects.get(rule="failure_rate")
+        assert event.delivered and event.value == pytest.approx(0.5)
+        assert len(Webhook.received) == 1 and Webhook.received[0]["rule"] == "failure_rate"
+        client.force_login(ops_user())
+        assert "Alert: failure_rate" in client.get("/ops/requests").content.decode()
+
+        RequestRecord.objects.update(error_code="", hit_count=3)
+        assert alerts_evaluate() == []
+        assert AlertEvent.objects.get(rule="failure_rate").resolved_at is not None
+
+
+def test_a_webhook_that_fails_is_recorded_not_raised(settings):
+    settings.RAG_ALERTS = {**settings.RAG_ALERTS, "WEBHOOK_URL": "http://127.0.0.1:9/none", "MIN_REQUESTS": 1,
+                           "FAILURE_RATE": 0.1}
+    record(400, at=timezone.now(), error="timeout", hits=0)
+
+    alerts_evaluate()
+
+    event = AlertEvent.objects.get(rule="failure_rate")
+    assert not event.delivered and event.delivery_error
+
+
+def test_too_few_requests_never_fire_a_rate_alert(settings):
+    settings.RAG_ALERTS = {**settings.RAG_ALERTS, "MIN_REQUESTS": 20}
+    record(500, at=timezone.now(), error="timeout", hits=0)
+
+    assert alerts_evaluate() == []
+
+
+def test_freshness_flags_documents_changed_since_the_active_version(client, corpus_copy):
+    make_built_kb(corpus_copy)
+    (corpus_copy / "Clock.md").write_text((corpus_copy / "Clock.md").read_text() + "\n\n新段落。\n")
+    (corpus_copy / "Fog.md").unlink()
+    client.force_login(ops_user())
+
+    bases = selectors.freshness()
+    page = client.get("/ops/freshness").content.decode()
+
+    states = {d["path"]: d["state"] for d in bases[0]["documents"]}
+    assert states["Clock.md"] == "stale" and states["Fog.md"] == "removed" and states["Color.md"] == "fresh"
+    assert bases[0]["stale"] == 2 and "2 document(s) changed since" in page
+
+
+def test_the_live_status_counts_in_flight_and_recent_problems(client, corpus_copy):
+    from rag import live
+
+    make_built_kb(corpus_copy)
+    now = timezone.now()
+    record(600, at=now - datetime.timedelta(minutes=2), error="timeout", hits=0)
+    record(601, at=now - datetime.timedelta(minutes=30), latency=9000)
+    client.force_login(ops_user())
+
+    with live.in_flight("web"):
+        status = client.get("/ops/live.json").json()
+
+    web = next(r for r in status["recent"] if r["channel"] == "web")
+    assert status["in_flight"]["web"] >= 1
+    assert (web["failed_5"], web["failed_60"], web["slow_5"], web["slow_60"]) == (1, 1, 0, 1)
+    assert status["active_versions"][0]["kb"] == "sdk" and status["active_versions"][0]["version"]
+    assert status["breaker"] is None  # no generation model in tests

@@ -1,0 +1,172 @@
+"""The read-only ops site under /ops/: quality overview, request list and replay, realtime status, daily
+reports, freshness. For the ops group (and superusers); the eval center beside it is the evaluation app's."""
+
+from __future__ import annotations
+
+import datetime
+from functools import wraps
+
+from django.conf import settings
+from django.contrib.auth.views import redirect_to_login
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpResponse, JsonResponse
+from django.shortcuts import render
+from django.utils import timezone
+from django.utils.dateparse import parse_date, parse_datetime
+from django.views.decorators.http import require_GET, require_POST
+
+from opsboard import charts, selectors
+from opsboard.models import DailyReport
+from opsboard.services import daily_report_json, replay_request
+from rag.errors import ServiceError
+
+
+def can_read(user) -> bool:
+    return user.is_authenticated and user.is_active and (
+        user.is_superuser or user.groups.filter(name=settings.RAG_OPS_GROUP).exists())
+
+
+def ops_required(view):
+    @wraps(view)
+    def wrapped(request, *args, **kwargs):
+        if not request.user.is_authenticated:
+            return redirect_to_login(request.get_full_path(), settings.LOGIN_URL)
+        if not can_read(request.user):
+            raise PermissionDenied("The ops site is for the ops group.")
+        return view(request, *args, **kwargs)
+    return wrapped
+
+
+def _label(bucket, size: str) -> str:
+    local = timezone.localtime(bucket)
+    return local.strftime("%H:00") if size == "hour" else local.strftime("%m-%d")
+
+
+def _overview(request, channels: tuple[str, ...], template_title: str):
+    name = request.GET.get("window", "24h")
+    since, until, size = selectors.window(name)
+    sections = []
+    for channel in channels:
+        series = selectors.channel_series(channel, since, until, size)
+        for point in series:
+            point["label"] = _label(point["bucket"], size)
+        sections.append({
+            "channel": channel, "totals": selectors.channel_totals(channel, since, until), "series": series,
+            "requests_chart": charts.bars(series, value="requests", overlay="failures", label="label",
+                                          title=f"{channel} requests and failures"),
+            "latency_chart": charts.line(series, value="p95_ms", label="label", title=f"{channel} p95 latency"),
+            "top_failing": selectors.top_failing_questions(channel, since, until),
+        })
+    return render(request, "opsboard/overview.html", {
+        "sections": sections, "window": name, "windows": ("24h", "7d", "30d"), "title": template_title,
+        "since": since, "until": until})
+
+
+@require_GET
+@ops_required
+def overview(request):
+    """User quality per channel: web assistant and MCP, each counting only its own traffic."""
+    return _overview(request, selectors.USER_CHANNELS, "Quality overview")
+
+
+@require_GET
+@ops_required
+def eval_traffic(request):
+    """Evaluation traffic on its own, never mixed into user quality."""
+    return _overview(request, ("eval",), "Evaluation traffic")
+
+
+def _parse_moment(raw: str):
+    if not raw:
+        return None
+    moment = parse_datetime(raw) or (datetime.datetime.combine(parse_date(raw), datetime.time())
+                                     if parse_date(raw) else None)
+    if moment is not None and timezone.is_naive(moment):
+        moment = timezone.make_aware(moment)
+    return moment
+
+
+@require_GET
+@ops_required
+def request_list(request):
+    get = request.GET
+    try:
+        before = int(get.get("before", "") or 0) or None
+    except ValueError:
+        before = None
+    flt = selectors.RequestFilter(
+        channel=get.get("channel", "") if get.get("channel") in ("web", "mcp", "eval", "cli") else "",
+        outcome=get.get("outcome", "") if get.get("outcome") in selectors.OUTCOMES else "",
+        key=get.get("key", "").strip()[:16], text=get.get("q", "").strip()[:200],
+        since=_parse_moment(get.get("since", "")), until=_parse_moment(get.get("until", "")), before=before)
+    page, next_before = selectors.request_page(flt)
+    names = selectors.key_names(r.api_key_prefix for r in page if r.api_key_prefix)
+    for record in page:
+        record.key_name = names.get(record.api_key_prefix, "")
+    query = get.copy()
+    query.pop("before", None)
+    return render(request, "opsboard/requests.html", {
+        "records": page, "next_before": next_before, "filter": flt, "query": query.urlencode(),
+        "outcomes": selectors.OUTCOMES, "channels": ("web", "mcp", "eval", "cli")})
+
+
+@require_GET
+@ops_required
+def request_detail(request, request_id: str):
+    trace = selectors.request_trace(request_id)
+    if trace is None:
+        raise Http404("No request with this id.")
+    prefix = trace["record"].api_key_prefix
+    return render(request, "opsboard/request.html", {
+        **trace, "key_name": selectors.key_names([prefix]).get(prefix, "") if prefix else ""})
+
+
+@require_POST
+@ops_required
+def request_replay(request, request_id: str):
+    """Ask again as eval traffic, against the recorded version (if kept) and the active one, side by side."""
+    try:
+        replay = replay_request(request_id)
+    except ServiceError as exc:
+        return HttpResponse(exc.message, status=exc.status)
+    return render(request, "opsboard/replay.html", replay)
+
+
+@require_GET
+@ops_required
+def live_page(request):
+    return render(request, "opsboard/live.html", {"status": selectors.live_status()})
+
+
+@require_GET
+@ops_required
+def live_json(request):
+    return JsonResponse(selectors.live_status())
+
+
+@require_GET
+@ops_required
+def report_list(request):
+    return render(request, "opsboard/reports.html", {"reports": selectors.reports()})
+
+
+@require_GET
+@ops_required
+def report_download(request, day: str, fmt: str):
+    parsed = parse_date(day)
+    report = DailyReport.objects.filter(day=parsed).first() if parsed else None
+    if report is None:
+        raise Http404("No report for this day.")
+    if fmt == "json":
+        response = HttpResponse(daily_report_json(report), content_type="application/json; charset=utf-8")
+    else:
+        response = HttpResponse(report.html, content_type="text/html; charset=utf-8")
+    if request.GET.get("download") == "1":
+        response["Content-Disposition"] = f'attachment; filename="ops-report-{report.day}.{fmt}"'
+    return response
+
+
+@require_GET
+@ops_required
+def freshness_page(request):
+    return render(request, "opsboard/freshness.html", {"bases": selectors.freshness()})
