@@ -7,7 +7,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 export OPENBLAS_NUM_THREADS ?= 1
 
-.PHONY: install run test test-fast bench bench-load migrate clean
+.PHONY: install run test test-fast bench bench-load bench-ops migrate clean
 
 $(STAMP): requirements.txt
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "$(PYTHON) not found; set PYTHON=python3.11" >&2; exit 1; }
@@ -27,6 +27,7 @@ run: migrate
 	@echo ""
 	@echo "  Serving on http://$(HOST):$(PORT)/  (admin: http://$(HOST):$(PORT)/admin/, Ctrl-C stops)"
 	@echo ""
+	@mkdir -p $${RAG_DATA_DIR:-data}/celery
 	@trap 'kill $$WORKER 2>/dev/null' EXIT INT TERM; \
 	$(VENV)/bin/celery -A ragsite worker --beat --schedule=$${RAG_DATA_DIR:-data}/celery/beat-schedule --loglevel=warning --concurrency=1 & WORKER=$$!; \
 	$(VENV)/bin/daphne -b $(HOST) -p $(PORT) ragsite.asgi:application
@@ -42,6 +43,9 @@ bench: install
 
 bench-load: install
 	$(PY) bench/load.py
+
+bench-ops: install
+	$(PY) bench/ops.py
 
 clean:
 	rm -rf $(VENV)

@@ -19,6 +19,7 @@ from evaluation.judge import PROMPT_VERSION, Judge, JudgeError
 from evaluation.models import EvalResult, EvalRun, GoldenDraft, GoldenItem, GoldenSet, JudgeVerdict
 from rag.engine.generate import ChatClient
 from rag.engine.metrics import RetrievedChunk, score_question
+from rag import live
 from rag.errors import ServiceError
 from rag.models import IndexVersion, KnowledgeBase, RequestRecord
 from rag.pipeline import get_engine
@@ -359,7 +360,8 @@ def _execute(run: EvalRun, progress) -> EvalRun:
             return run
         EvalRun.objects.filter(pk=run.pk).update(current_question=item.question[:300], heartbeat_at=timezone.now())
         version = run.index_versions[item.kb]
-        fields = (_score_retrieval if kind == "retrieval" else _score_generation)(item, version, judge)
+        with live.in_flight(CHANNEL):
+            fields = (_score_retrieval if kind == "retrieval" else _score_generation)(item, version, judge)
         EvalResult.objects.update_or_create(run=run, item=item, defaults={"position": position, **fields})
         done = run.results.count()
         EvalRun.objects.filter(pk=run.pk).update(done=done, heartbeat_at=timezone.now())

@@ -23,7 +23,8 @@ from rag.pipeline import breaker_state
 USER_CHANNELS = ("web", "mcp")
 # Latency histogram edges (ms): percentiles are read off cumulative counts the database computes per bucket,
 # so p50/p95 are upper bounds of the bucket the percentile falls in (shown as "≤").
-LATENCY_EDGES = (10, 20, 30, 50, 75, 100, 150, 200, 300, 500, 750, 1000, 1500, 2000, 3000, 5000, 10000, 30000, 60000)
+LATENCY_EDGES = (10, 20, 30, 50, 75, 100, 150, 200, 300, 500, 750, 1000, 1500, 2000, 3000, 5000, 10000, 30000, 60000,
+                 600000)  # the last edge is above every timeout, so every request falls in some bucket
 OUTCOMES = ("ok", "failed", "empty", "low", "degraded", "thumbs_down")
 
 
@@ -232,7 +233,7 @@ def live_status() -> dict:
     return {
         "at": now.isoformat(),
         "mcp_sessions": snapshot["gauges"].get("mcp_sessions", 0),
-        "in_flight": {channel: snapshot["in_flight"].get(channel, 0) for channel in ("web", "mcp", "eval", "cli")},
+        "in_flight": {channel: snapshot["in_flight"].get(channel, 0) for channel in ("web", "mcp", "eval")},
         "processes": snapshot["processes"],
         "queue_depth": queue_depth(),
         "builds_running": [{"kb": v.kb.slug, "version": v.name, "embedded": v.chunks_embedded} for v in building],

@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from opsboard import selectors
 from opsboard.models import AlertEvent, DailyReport
+from rag import live
 from rag.errors import ServiceError
 from rag.models import IndexVersion, KnowledgeBase, RequestRecord
 from rag.services import answer_question, new_request_id, request_record_write, search
@@ -28,13 +29,17 @@ log = logging.getLogger(__name__)
 def _run_as_eval(record: RequestRecord, version: str) -> dict:
     """Ask the recorded question again, as eval traffic, against one version; the parts a replay compares."""
     exclude = record.excluded or []
+    top_k = (record.arguments or {}).get("top_k") if record.kind == "search" else None
     request_id, started = new_request_id(), time.perf_counter()
     try:
-        if record.kind == "chat":
-            outcome = answer_question(kb=record.kb, question=record.question, exclude=exclude, version=version)
-            result, answer = outcome.search, outcome.answer
-        else:
-            result, answer = search(kb=record.kb, question=record.question, exclude=exclude, version=version), None
+        with live.in_flight("eval"):
+            if record.kind == "chat":
+                outcome = answer_question(kb=record.kb, question=record.question, exclude=exclude, version=version)
+                result, answer = outcome.search, outcome.answer
+            else:
+                result = search(kb=record.kb, question=record.question, exclude=exclude, version=version,
+                                top_k=top_k if isinstance(top_k, int) else None)
+                answer = None
     except ServiceError as exc:
         return {"version": version, "error": f"{exc.code}: {exc.message}"}
     request_record_write(channel="eval", kind=record.kind, request_id=request_id, kb=record.kb,
@@ -104,7 +109,7 @@ def daily_report_build(day: datetime.date | None = None) -> DailyReport:
         "breaker_openings": breaker_openings,
         "failed_by_code": failed_by_code,
         "slowest": [{**row, "latency_ms": round(row["latency_ms"], 1)} for row in slowest],
-        "failed": [{**row, "created_at": row["created_at"].isoformat()} for row in failed],
+        "failed": [{**row, "created_at": timezone.localtime(row["created_at"]).isoformat()} for row in failed],
         "hourly": {c: [{"hour": timezone.localtime(b["bucket"]).strftime("%H"), "requests": b["requests"],
                         "failures": b["failures"], "p95_ms": b["p95_ms"]} for b in series]
                    for c, series in hours.items()},
@@ -154,7 +159,9 @@ def alerts_evaluate() -> list[AlertEvent]:
     """Open an alert for each rule over its threshold (and send it), resolve those back within; return open ones."""
     now = timezone.now()
     for rule, value, threshold, message in _rule_values():
-        firing = value is not None and value > threshold
+        if value is None:
+            continue  # not measurable now (too few requests, broker unreachable): leave the rule as it is
+        firing = value > threshold
         current = AlertEvent.objects.filter(rule=rule, resolved_at__isnull=True).first()
         if firing and current is None:
             event = AlertEvent.objects.create(rule=rule, value=value, threshold=threshold,

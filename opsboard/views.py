@@ -95,7 +95,7 @@ def request_list(request):
     except ValueError:
         before = None
     flt = selectors.RequestFilter(
-        channel=get.get("channel", "") if get.get("channel") in ("web", "mcp", "eval", "cli") else "",
+        channel=get.get("channel", "") if get.get("channel") in ("web", "mcp", "eval") else "",
         outcome=get.get("outcome", "") if get.get("outcome") in selectors.OUTCOMES else "",
         key=get.get("key", "").strip()[:16], text=get.get("q", "").strip()[:200],
         since=_parse_moment(get.get("since", "")), until=_parse_moment(get.get("until", "")), before=before)
@@ -107,7 +107,7 @@ def request_list(request):
     query.pop("before", None)
     return render(request, "opsboard/requests.html", {
         "records": page, "next_before": next_before, "filter": flt, "query": query.urlencode(),
-        "outcomes": selectors.OUTCOMES, "channels": ("web", "mcp", "eval", "cli")})
+        "outcomes": selectors.OUTCOMES, "channels": ("web", "mcp", "eval")})
 
 
 @require_GET

@@ -351,7 +351,8 @@ def request_record_write(*, channel: str, kind: str, request_id: str, kb: str, q
         fields.update(
             index_version=result.version,
             plan=result.plan.as_dict(),
-            retrieved={r.name: [[h.chunk.chunk_id, round(h.score, 5)] for h in r.hits[:20]] for r in result.rankings},
+            retrieved={**{r.name: [[h.chunk.chunk_id, round(h.score, 5)] for h in r.hits[:20]] for r in result.rankings},
+                       "fused": [[h.chunk.chunk_id, round(h.score, 5)] for h in result.fused[:20]]},
             adopted=[{"chunk_id": h.chunk.chunk_id, "score": round(h.score, 6), "class_name": h.chunk.class_name,
                       "member": h.chunk.member, "source": h.chunk.source} for h in result.hits],
             excluded=list(result.excluded),

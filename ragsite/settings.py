@@ -102,6 +102,7 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 LOGIN_URL = "/ops/login/"  # the ops site and the eval center (any active account; groups decide access)
+LOGIN_REDIRECT_URL = "/ops/"
 STATIC_ROOT = DATA_DIR / "static"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

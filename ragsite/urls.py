@@ -1,3 +1,4 @@
+from django.conf import settings
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
@@ -10,7 +11,9 @@ urlpatterns = [
     path("", include("assistant.urls")),
     path("", include("rag.urls")),
     path("", include("apikeys.urls")),
-    path("ops/login/", auth_views.LoginView.as_view(template_name="ops/login.html"), name="ops-login"),
+    path("ops/login/", auth_views.LoginView.as_view(
+        template_name="ops/login.html",
+        extra_context={"ops_group": settings.RAG_OPS_GROUP, "qa_group": settings.RAG_QA_GROUP}), name="ops-login"),
     path("ops/logout/", auth_views.LogoutView.as_view(next_page="ops-login"), name="ops-logout"),
     path("ops/eval/", include("evaluation.urls")),
     path("ops/", include("opsboard.urls")),  # the eval center lives on the ops site
