@@ -3,12 +3,9 @@ compare reports, see gate verdicts and active versions. QA may launch, cancel an
 
 from __future__ import annotations
 
-from functools import wraps
 from urllib.parse import urlencode
 
 from django.conf import settings
-from django.contrib.auth.views import redirect_to_login
-from django.core.exceptions import PermissionDenied
 from django.http import FileResponse, Http404, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -24,42 +21,21 @@ from evaluation.services import (
     eval_runs_reap,
     gated_reindex_start,
 )
+from rag.access import in_group, requires
 from rag.errors import ServiceError
 from rag.models import IndexVersion, KnowledgeBase
 
 
-def _in_group(user, name: str) -> bool:
-    return user.groups.filter(name=name).exists()
-
-
 def can_launch(user) -> bool:
-    return user.is_authenticated and user.is_active and (user.is_superuser or _in_group(user, settings.RAG_QA_GROUP))
+    return user.is_superuser or in_group(user, settings.RAG_QA_GROUP)
 
 
 def can_view(user) -> bool:
-    return can_launch(user) or (user.is_authenticated and user.is_active and _in_group(user, settings.RAG_OPS_GROUP))
+    return can_launch(user) or in_group(user, settings.RAG_OPS_GROUP)
 
 
-def viewer_required(view):
-    @wraps(view)
-    def wrapped(request, *args, **kwargs):
-        if not request.user.is_authenticated:
-            return redirect_to_login(request.get_full_path(), settings.LOGIN_URL)
-        if not can_view(request.user):
-            raise PermissionDenied("The eval center is for the QA and ops groups.")
-        return view(request, *args, **kwargs)
-    return wrapped
-
-
-def qa_required(view):
-    @wraps(view)
-    def wrapped(request, *args, **kwargs):
-        if not request.user.is_authenticated:
-            return redirect_to_login(request.get_full_path(), settings.LOGIN_URL)
-        if not can_launch(request.user):
-            raise PermissionDenied("Only the QA group may launch, cancel or retry runs.")
-        return view(request, *args, **kwargs)
-    return wrapped
+viewer_required = requires(can_view, "The eval center is for the QA and ops groups.")
+qa_required = requires(can_launch, "Only the QA group may launch, cancel or retry runs.")
 
 
 @require_GET
@@ -133,26 +109,22 @@ def run_progress(request, run_id: int):
     return JsonResponse(run_summary(run))
 
 
-@require_POST
-@qa_required
-def run_cancel(request, run_id: int):
-    run = get_object_or_404(EvalRun, pk=run_id)
-    try:
-        eval_run_cancel(run)
-    except ServiceError as exc:
-        return HttpResponse(exc.message, status=exc.status)
-    return redirect("evaluation:run", run_id=run.pk)
+def _run_action(service):
+    """A QA button on a run (cancel, retry): call the service, then show the run again."""
+    @require_POST
+    @qa_required
+    def view(request, run_id: int):
+        run = get_object_or_404(EvalRun, pk=run_id)
+        try:
+            service(run)
+        except ServiceError as exc:
+            return HttpResponse(exc.message, status=exc.status)
+        return redirect("evaluation:run", run_id=run.pk)
+    return view
 
 
-@require_POST
-@qa_required
-def run_retry(request, run_id: int):
-    run = get_object_or_404(EvalRun, pk=run_id)
-    try:
-        eval_run_retry(run)
-    except ServiceError as exc:
-        return HttpResponse(exc.message, status=exc.status)
-    return redirect("evaluation:run", run_id=run.pk)
+run_cancel = _run_action(eval_run_cancel)
+run_retry = _run_action(eval_run_retry)
 
 
 @require_GET

@@ -4,11 +4,8 @@ reports, freshness. For the ops group (and superusers); the eval center beside i
 from __future__ import annotations
 
 import datetime
-from functools import wraps
 
 from django.conf import settings
-from django.contrib.auth.views import redirect_to_login
-from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.utils import timezone
@@ -18,23 +15,15 @@ from django.views.decorators.http import require_GET, require_POST
 from opsboard import charts, selectors
 from opsboard.models import DailyReport
 from opsboard.services import daily_report_json, replay_request
+from rag.access import in_group, requires
 from rag.errors import ServiceError
 
 
 def can_read(user) -> bool:
-    return user.is_authenticated and user.is_active and (
-        user.is_superuser or user.groups.filter(name=settings.RAG_OPS_GROUP).exists())
+    return user.is_superuser or in_group(user, settings.RAG_OPS_GROUP)
 
 
-def ops_required(view):
-    @wraps(view)
-    def wrapped(request, *args, **kwargs):
-        if not request.user.is_authenticated:
-            return redirect_to_login(request.get_full_path(), settings.LOGIN_URL)
-        if not can_read(request.user):
-            raise PermissionDenied("The ops site is for the ops group.")
-        return view(request, *args, **kwargs)
-    return wrapped
+ops_required = requires(can_read, "The ops site is for the ops group.")
 
 
 def _label(bucket, size: str) -> str:

@@ -28,30 +28,25 @@ def env_bool(name: str, *, default: bool) -> bool:
     raise ImproperlyConfigured(f"{name} must be true/false/1/0, got {raw!r}")
 
 
-def env_int(name: str, *, default: int, minimum: int | None = None) -> int:
+def _env_number(name: str, default, minimum, kind, what: str):
     raw = os.environ.get(name)
     if raw is None or raw.strip() == "":
         return default
     try:
-        value = int(raw)
+        value = kind(raw)
     except ValueError:
-        raise ImproperlyConfigured(f"{name} must be an integer, got {raw!r}") from None
+        raise ImproperlyConfigured(f"{name} must be {what}, got {raw!r}") from None
     if minimum is not None and value < minimum:
         raise ImproperlyConfigured(f"{name} must be at least {minimum}, got {value}")
     return value
+
+
+def env_int(name: str, *, default: int, minimum: int | None = None) -> int:
+    return _env_number(name, default, minimum, int, "an integer")
 
 
 def env_float(name: str, *, default: float, minimum: float | None = None) -> float:
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ImproperlyConfigured(f"{name} must be a number, got {raw!r}") from None
-    if minimum is not None and value < minimum:
-        raise ImproperlyConfigured(f"{name} must be at least {minimum}, got {value}")
-    return value
+    return _env_number(name, default, minimum, float, "a number")
 
 
 def env_list(name: str, *, default: list[str]) -> list[str]:

@@ -4,6 +4,7 @@ request (channel `mcp`) and add the call's tokens to its key's usage. Plain sync
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -48,16 +49,9 @@ def mcp_search(*, caller: Caller, question, top_k: int | None = None, kb: str | 
     kb = kb or settings.RAG_DEFAULT_KB
     arguments = {"question": question, "top_k": top_k, "kb": kb}
     request_id, started = new_request_id(), time.perf_counter()
-    with live.in_flight(CHANNEL):
-        try:
-            _check_kb(kb)
-            result = search(kb=kb, question=question, top_k=top_k)
-        except ServiceError as exc:
-            _record_failure("search", tool, caller, arguments, request_id, kb, question, exc, started)
-            raise
-        except Exception:
-            _record_failure("search", tool, caller, arguments, request_id, kb, question, INTERNAL, started)
-            raise
+    with _call("search", tool, caller, arguments, request_id, kb, question, started):
+        _check_kb(kb)
+        result = search(kb=kb, question=question, top_k=top_k)
     request_record_write(channel=CHANNEL, kind="search", request_id=request_id, kb=kb, question=question,
                          result=result, latency_ms=(time.perf_counter() - started) * 1000,
                          caller=_caller_fields(caller, tool, arguments))
@@ -79,19 +73,12 @@ def mcp_ask(*, caller: Caller, question, exclude=(), kb: str | None = None) -> d
     exclude = [] if exclude is None else exclude
     arguments = {"question": question, "exclude": exclude, "kb": kb}
     request_id, started = new_request_id(), time.perf_counter()
-    with live.in_flight(CHANNEL):
-        try:
-            _check_kb(kb)
-            if (not isinstance(exclude, list) or len(exclude) > MAX_EXCLUDE
-                    or not all(isinstance(c, str) and 0 < len(c) <= 64 for c in exclude)):
-                raise ServiceError("invalid_exclude", f"exclude must be a list of at most {MAX_EXCLUDE} chunk ids.")
-            outcome = answer_question(kb=kb, question=question, exclude=exclude)
-        except ServiceError as exc:
-            _record_failure("chat", tool, caller, arguments, request_id, kb, question, exc, started)
-            raise
-        except Exception:
-            _record_failure("chat", tool, caller, arguments, request_id, kb, question, INTERNAL, started)
-            raise
+    with _call("chat", tool, caller, arguments, request_id, kb, question, started):
+        _check_kb(kb)
+        if (not isinstance(exclude, list) or len(exclude) > MAX_EXCLUDE
+                or not all(isinstance(c, str) and 0 < len(c) <= 64 for c in exclude)):
+            raise ServiceError("invalid_exclude", f"exclude must be a list of at most {MAX_EXCLUDE} chunk ids.")
+        outcome = answer_question(kb=kb, question=question, exclude=exclude)
     answer = outcome.answer
     request_record_write(channel=CHANNEL, kind="chat", request_id=request_id, kb=kb, question=question,
                          result=outcome.search, answer=answer, generate_ms=outcome.generate_ms,
@@ -121,6 +108,20 @@ def mcp_ask(*, caller: Caller, question, exclude=(), kb: str | None = None) -> d
         "evidence": [h.chunk.chunk_id for h in outcome.search.hits],
         "usage": {"prompt_tokens": answer.usage.prompt_tokens, "completion_tokens": answer.usage.completion_tokens},
     }
+
+
+@contextmanager
+def _call(kind, tool, caller, arguments, request_id, kb, question, started):
+    """Count the call as in flight; a failure of any kind is recorded (and settled on the key), then raised."""
+    with live.in_flight(CHANNEL):
+        try:
+            yield
+        except ServiceError as exc:
+            _record_failure(kind, tool, caller, arguments, request_id, kb, question, exc, started)
+            raise
+        except Exception:
+            _record_failure(kind, tool, caller, arguments, request_id, kb, question, INTERNAL, started)
+            raise
 
 
 def _check_kb(kb) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.core.cache import cache
 from django.utils import timezone
 
 from apikeys.models import ApiKey
@@ -18,18 +17,6 @@ from apikeys.services import (
 from rag.errors import ServiceError
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def clear_cache():
-    cache.clear()
-    yield
-    cache.clear()
-
-
-@pytest.fixture
-def owner():
-    return get_user_model().objects.create_user("ops", password="x")
 
 
 def test_an_issued_key_is_stored_only_as_a_hash(owner):

@@ -5,8 +5,6 @@ from __future__ import annotations
 import datetime
 
 import pytest
-from django.contrib.auth import get_user_model
-from django.core.cache import cache
 from django.utils import timezone
 
 from apikeys.models import ApiKeyUsage
@@ -14,18 +12,6 @@ from apikeys.services import api_key_admit_call, api_key_issue, api_key_revoke, 
 from rag.errors import ServiceError
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def clear_cache():
-    cache.clear()
-    yield
-    cache.clear()
-
-
-@pytest.fixture
-def owner():
-    return get_user_model().objects.create_user("dev", password="x")
 
 
 def test_calls_are_counted_per_tool_and_day(owner):
