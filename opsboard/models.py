@@ -37,3 +37,24 @@ class AlertEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.rule} at {self.fired_at:%Y-%m-%d %H:%M}"
+
+
+class HourStat(models.Model):
+    """One channel's numbers for one closed hour, rolled up by a job so the overview reads a few hundred rows
+    instead of a million. Thumbs-down are not kept here: they arrive after the hour and are counted live."""
+
+    hour = models.DateTimeField(help_text="Start of the hour (aware)")
+    channel = models.CharField(max_length=8)
+    requests = models.PositiveIntegerField(default=0)
+    failures = models.PositiveIntegerField(default=0)
+    empty = models.PositiveIntegerField(default=0)
+    low = models.PositiveIntegerField(default=0)
+    degraded = models.PositiveIntegerField(default=0)
+    prompt_tokens = models.PositiveBigIntegerField(default=0)
+    completion_tokens = models.PositiveBigIntegerField(default=0)
+    latency = models.JSONField(default=list, help_text="Requests at or under each latency edge (cumulative)")
+    rolled_up_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["hour", "channel"]
+        constraints = [models.UniqueConstraint(fields=["hour", "channel"], name="hour_stat_unique")]

@@ -13,9 +13,9 @@ from django.db.models.functions import Trunc
 from django.utils import timezone
 
 from apikeys.models import ApiKey
-from assistant.models import TokenPool
+from assistant.models import Feedback, TokenPool
 from evaluation.models import EvalRun
-from opsboard.models import AlertEvent, DailyReport
+from opsboard.models import AlertEvent, DailyReport, HourStat
 from rag import live
 from rag.models import IndexVersion, KnowledgeBase, RequestRecord
 from rag.pipeline import breaker_state
@@ -39,61 +39,124 @@ def outcome_filter(outcome: str) -> Q:
     }[outcome]
 
 
-def _aggregates() -> dict:
+def _aggregates(thumbs: bool = True) -> dict:
     counts = {
         "requests": Count("id"),
         "failures": Count("id", filter=~Q(error_code="")),
         "empty": Count("id", filter=Q(error_code="", hit_count=0)),
         "low": Count("id", filter=Q(confidence="low")),
         "degraded": Count("id", filter=Q(degraded=True)),
-        "thumbs_down": Count("feedback"),
         "prompt_tokens": Sum("prompt_tokens"),
         "completion_tokens": Sum("completion_tokens"),
     }
+    if thumbs:
+        counts["thumbs_down"] = Count("feedback")
     counts.update({f"le_{edge}": Count("id", filter=Q(latency_ms__lte=edge)) for edge in LATENCY_EDGES})
     return counts
 
 
+SUMMED = ("requests", "failures", "empty", "low", "degraded", "thumbs_down", "prompt_tokens", "completion_tokens",
+          *(f"le_{edge}" for edge in LATENCY_EDGES))
+
+
 def _percentile(row: dict, q: float) -> int | None:
     """The histogram edge at or under which a fraction q of the row's requests finished."""
-    total = row["requests"]
+    total = row.get("requests") or 0
     if not total:
         return None
     for edge in LATENCY_EDGES:
-        if row[f"le_{edge}"] >= q * total:
+        if (row.get(f"le_{edge}") or 0) >= q * total:
             return edge
-    return None  # beyond the last edge
+    return None
 
 
 def _shape(row: dict) -> dict:
-    out = {k: (row[k] or 0) for k in ("requests", "failures", "empty", "low", "degraded", "thumbs_down")}
-    out["tokens"] = (row["prompt_tokens"] or 0) + (row["completion_tokens"] or 0)
+    out = {k: (row.get(k) or 0) for k in ("requests", "failures", "empty", "low", "degraded", "thumbs_down")}
+    out["tokens"] = (row.get("prompt_tokens") or 0) + (row.get("completion_tokens") or 0)
     out["p50_ms"], out["p95_ms"] = _percentile(row, 0.5), _percentile(row, 0.95)
     for name in ("failures", "empty", "low", "degraded", "thumbs_down"):
         out[f"{name}_rate"] = out[name] / out["requests"] if out["requests"] else None
     return out
 
 
-def channel_totals(channel: str, since, until) -> dict:
-    rows = RequestRecord.objects.filter(channel=channel, created_at__gte=since, created_at__lt=until)
-    return _shape(rows.aggregate(**_aggregates()))
+def _sum(rows) -> dict:
+    total = dict.fromkeys(SUMMED, 0)
+    for row in rows:
+        for key in SUMMED:
+            total[key] += row.get(key) or 0
+    return total
+
+
+def floor_hour(moment: datetime.datetime) -> datetime.datetime:
+    return moment.astimezone(datetime.UTC).replace(minute=0, second=0, microsecond=0)
+
+
+def _hours(since, until) -> list[datetime.datetime]:
+    hours, moment = [], floor_hour(since)
+    while moment < until:
+        hours.append(moment)
+        moment += datetime.timedelta(hours=1)
+    return hours
+
+
+def _stat_row(stat: HourStat) -> dict:
+    row = {k: getattr(stat, k) for k in ("requests", "failures", "empty", "low", "degraded", "prompt_tokens",
+                                          "completion_tokens")}
+    row.update({f"le_{edge}": count for edge, count in zip(LATENCY_EDGES, stat.latency, strict=False)})
+    return row
+
+
+def hourly_live(channel: str | None, since, until):
+    """Per-hour aggregates straight from the request table (UTC hours), without thumbs-down."""
+    rows = RequestRecord.objects.filter(created_at__gte=since, created_at__lt=until)
+    if channel:
+        rows = rows.filter(channel=channel)
+    return (rows.annotate(bucket=Trunc("created_at", "hour", tzinfo=datetime.UTC))
+            .values("bucket", "channel").annotate(**_aggregates(thumbs=False)).order_by("bucket"))
+
+
+def hour_rows(channel: str, since, until) -> dict[datetime.datetime, dict]:
+    """Every hour of [since, until): closed hours from the rollup table, the rest (the current hour, hours the
+    job has not rolled up yet) aggregated live; thumbs-down counted live from the feedback table."""
+    hours = _hours(since, until)
+    start = hours[0] if hours else floor_hour(since)
+    rows = {s.hour: _stat_row(s) for s in HourStat.objects.filter(channel=channel, hour__gte=start, hour__lt=until)}
+    missing = [h for h in hours if h not in rows]
+    if missing:
+        for row in hourly_live(channel, min(missing), until):
+            if row["bucket"] in missing:
+                rows[row["bucket"]] = row
+    thumbs = (Feedback.objects.filter(request__channel=channel, request__created_at__gte=start,
+                                      request__created_at__lt=until)
+              .annotate(bucket=Trunc("request__created_at", "hour", tzinfo=datetime.UTC))
+              .values("bucket").annotate(n=Count("id")))
+    for row in thumbs:
+        rows.setdefault(row["bucket"], {})["thumbs_down"] = row["n"]
+    return rows
+
+
+def channel_overview(channel: str, since, until, bucket: str) -> tuple[list[dict], dict]:
+    """Per hour or local day (requests, failures, empty, low confidence, degraded, thumbs-down, tokens,
+    p50/p95), and the totals of the window: one read of the hour rows for both."""
+    rows = hour_rows(channel, since, until)
+    hours = _hours(since, until)
+    totals = _shape(_sum(rows.get(hour, {}) for hour in hours))
+    if bucket == "hour":
+        return [{"bucket": hour, **_shape(rows.get(hour, {}))} for hour in hours], totals
+    days: dict[datetime.date, list[dict]] = {}
+    for hour in hours:
+        days.setdefault(timezone.localtime(hour).date(), []).append(rows.get(hour, {}))
+    tz = timezone.get_current_timezone()
+    return [{"bucket": datetime.datetime.combine(day, datetime.time(), tzinfo=tz), **_shape(_sum(group))}
+            for day, group in days.items()], totals
 
 
 def channel_series(channel: str, since, until, bucket: str) -> list[dict]:
-    """Per hour or day: requests, failures, empty, low confidence, degraded, thumbs-down, tokens, p50/p95."""
-    rows = (RequestRecord.objects.filter(channel=channel, created_at__gte=since, created_at__lt=until)
-            .annotate(bucket=Trunc("created_at", bucket, tzinfo=timezone.get_current_timezone()))
-            .values("bucket").annotate(**_aggregates()).order_by("bucket"))
-    found = {row["bucket"]: _shape(row) for row in rows}
-    series, step = [], datetime.timedelta(hours=1) if bucket == "hour" else datetime.timedelta(days=1)
-    start = timezone.localtime(since).replace(minute=0, second=0, microsecond=0)
-    if bucket == "day":
-        start = start.replace(hour=0)
-    moment = start
-    while moment < until:
-        series.append({"bucket": moment, **found.get(moment, _shape({**{k: 0 for k in _aggregates()}}))})
-        moment += step
-    return series
+    return channel_overview(channel, since, until, bucket)[0]
+
+
+def channel_totals(channel: str, since, until) -> dict:
+    return channel_overview(channel, since, until, "hour")[1]
 
 
 def top_failing_questions(channel: str, since, until, limit: int = 10) -> list[dict]:
@@ -104,13 +167,13 @@ def top_failing_questions(channel: str, since, until, limit: int = 10) -> list[d
 
 
 def window(name: str) -> tuple[datetime.datetime, datetime.datetime, str]:
-    """`24h` (hourly buckets), `7d` or `30d` (daily buckets): (since, until, bucket)."""
+    """`24h` (hourly buckets), `7d` or `30d` (daily buckets, from the start of the first local day)."""
     now = timezone.now()
-    if name == "7d":
-        return now - datetime.timedelta(days=7), now, "day"
-    if name == "30d":
-        return now - datetime.timedelta(days=30), now, "day"
-    return now - datetime.timedelta(hours=24), now, "hour"
+    if name in ("7d", "30d"):
+        days = 7 if name == "7d" else 30
+        first = timezone.localtime(now).date() - datetime.timedelta(days=days - 1)
+        return datetime.datetime.combine(first, datetime.time(), tzinfo=timezone.get_current_timezone()), now, "day"
+    return floor_hour(now) - datetime.timedelta(hours=23), now, "hour"
 
 
 # -- request list and trace --------------------------------------------------------------------------
@@ -128,6 +191,7 @@ class RequestFilter:
 
 
 PAGE_SIZE = 50
+TEXT_SEARCH_DAYS = datetime.timedelta(days=7)
 
 
 def request_page(flt: RequestFilter) -> tuple[list[RequestRecord], int | None]:
@@ -144,6 +208,8 @@ def request_page(flt: RequestFilter) -> tuple[list[RequestRecord], int | None]:
     if flt.until:
         rows = rows.filter(created_at__lt=flt.until)
     if flt.text:
+        if not flt.since:  # a text search scans rows: bounded to the last week unless a start is given
+            rows = rows.filter(created_at__gte=timezone.now() - TEXT_SEARCH_DAYS)
         rows = rows.filter(question__icontains=flt.text)
     if flt.before:
         rows = rows.filter(id__lt=flt.before)

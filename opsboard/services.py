@@ -14,7 +14,7 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 
 from opsboard import selectors
-from opsboard.models import AlertEvent, DailyReport
+from opsboard.models import AlertEvent, DailyReport, HourStat
 from rag import live
 from rag.errors import ServiceError
 from rag.models import IndexVersion, KnowledgeBase, RequestRecord
@@ -76,6 +76,33 @@ def _same(original: dict, run: dict) -> dict:
     return {"plan": all((original["plan"] or {}).get(k) == run["plan"].get(k) for k in keys),
             "evidence": original["evidence"] == run["evidence"],
             "answer": (original["answer"] or "") == (run["answer"] or "")}
+
+
+# -- hourly rollups -------------------------------------------------------------------------------------
+
+
+def rollup_hours(*, hours: int = 48, now: datetime.datetime | None = None) -> int:
+    """Store each channel's numbers for the closed hours of the last `hours` that are not stored yet (and the
+    latest closed hour again, in case a slow request landed late). Returns how many rows were written."""
+    now = now or timezone.now()
+    closed_until = selectors.floor_hour(now)
+    since = closed_until - datetime.timedelta(hours=hours)
+    stored = set(HourStat.objects.filter(hour__gte=since).values_list("hour", "channel"))
+    latest = closed_until - datetime.timedelta(hours=1)
+    written = 0
+    day = since
+    while day < closed_until:  # a day at a time keeps each query small
+        end = min(day + datetime.timedelta(days=1), closed_until)
+        for row in selectors.hourly_live(None, day, end):
+            if (row["bucket"], row["channel"]) in stored and row["bucket"] != latest:
+                continue
+            HourStat.objects.update_or_create(hour=row["bucket"], channel=row["channel"], defaults={
+                **{k: row[k] or 0 for k in ("requests", "failures", "empty", "low", "degraded", "prompt_tokens",
+                                            "completion_tokens")},
+                "latency": [row[f"le_{edge}"] for edge in selectors.LATENCY_EDGES]})
+            written += 1
+        day = end
+    return written
 
 
 # -- the daily report -----------------------------------------------------------------------------------

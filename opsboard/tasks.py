@@ -1,6 +1,6 @@
 from celery import shared_task
 
-from opsboard.services import alerts_evaluate, daily_report_build
+from opsboard.services import alerts_evaluate, daily_report_build, rollup_hours
 
 
 @shared_task
@@ -13,3 +13,9 @@ def daily_report_task() -> str:
 def alerts_evaluate_task() -> int:
     """Every minute (beat): open, refresh or resolve alerts; returns how many are firing."""
     return len(alerts_evaluate())
+
+
+@shared_task
+def rollup_hours_task() -> int:
+    """Every 5 minutes (beat): roll up the hours that closed, so the overview reads few rows."""
+    return rollup_hours()

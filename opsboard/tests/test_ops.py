@@ -173,7 +173,7 @@ def test_user_text_is_escaped_in_lists_and_traces(client, fixture_day):
 def test_pages_use_a_fixed_number_of_queries(client, fixture_day, django_assert_max_num_queries):
     client.force_login(ops_user())
     client.get("/ops/")  # the first request of a session also loads the user and the session
-    for url, most in [("/ops/", 12), ("/ops/requests", 10), ("/ops/requests/req_web_2", 10), ("/ops/live.json", 12),
+    for url, most in [("/ops/", 14), ("/ops/requests", 10), ("/ops/requests/req_web_2", 10), ("/ops/live.json", 12),
                       ("/ops/reports", 8)]:
         with django_assert_max_num_queries(most):
             assert client.get(url).status_code == 200
@@ -321,3 +321,34 @@ def test_the_live_status_counts_in_flight_and_recent_problems(client, corpus_cop
     assert (web["failed_5"], web["failed_60"], web["slow_5"], web["slow_60"]) == (1, 1, 0, 1)
     assert status["active_versions"][0]["kb"] == "sdk" and status["active_versions"][0]["version"]
     assert status["breaker"] is None  # no generation model in tests
+
+
+def test_rolled_up_hours_give_the_same_numbers_as_the_live_rows(fixture_day):
+    from opsboard.models import HourStat
+    from opsboard.services import rollup_hours
+
+    start, end = fixture_day, fixture_day + datetime.timedelta(days=1)
+    live_web = selectors.channel_totals("web", start, end)
+    live_days = selectors.channel_series("mcp", start, end, "day")
+
+    written = rollup_hours(hours=72)
+    Feedback.objects.create(request=RequestRecord.objects.get(request_id="req_web_6"), reason="late")  # after
+
+    assert written == HourStat.objects.count() > 0
+    assert HourStat.objects.filter(channel="web").count() == 2  # hours 9 and 14
+    rolled = selectors.channel_totals("web", start, end)
+    assert {**rolled, "thumbs_down": rolled["thumbs_down"] - 1, "thumbs_down_rate": None} == {
+        **live_web, "thumbs_down_rate": None}  # the late thumbs-down is counted live
+    assert selectors.channel_series("mcp", start, end, "day") == live_days
+    assert rollup_hours(hours=72) <= 3  # only the latest closed hour is written again
+
+
+def test_a_text_search_looks_back_a_week_unless_told_otherwise(client):
+    old = timezone.now() - datetime.timedelta(days=20)
+    record(700, at=old, question="an old question about fog")
+    client.force_login(ops_user())
+
+    recent_only = client.get("/ops/requests?q=about fog").context["records"]
+    with_start = client.get(f"/ops/requests?q=about fog&since={(old - datetime.timedelta(days=1)).date()}")
+
+    assert recent_only == [] and [r.request_id for r in with_start.context["records"]] == ["req_web_700"]
