@@ -2,10 +2,11 @@
 
 Inserts --records records (default 1,000,000) spread over the last 30 days (web, MCP and eval traffic with
 failures, empty results, low confidence, degraded answers, thumbs-down feedback, log-normal latencies, tokens on
-chats, a few API keys on MCP; payloads the size of real ones), builds the daily reports of those days, then
-requests every ops page through Django's test client as a superuser: each page 5 times, the first reported
-apart as cold. Prints median and max milliseconds, SQL queries per page, the database size and the peak memory;
-for a page over --slow-ms it also prints its slowest queries with their query plans. Writes the figures to
+chats, a few API keys on MCP; payloads the size of real ones), rolls up the closed hours as the five-minute job
+would have, builds the daily reports of those days, then requests every ops page through Django's test client
+as a superuser: each page 5 times, the first reported apart as cold. Prints median and max milliseconds, SQL
+queries per page, the database size and the peak memory while timing (the fill runs in a child process); for a
+page over --slow-ms it also prints its slowest queries with their query plans. Writes the figures to
 <data dir>/bench/ops.json.
 
 State lives in its own data directory, --data-dir (default ./data/bench-ops), never in the one of `make run`.
@@ -28,7 +29,7 @@ import resource
 import statistics
 import sys
 import time
-from collections import Counter
+from collections import Counter, deque
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -48,7 +49,9 @@ DISTINCT_PER_QUESTION = 2_000  # the counter appended to a question: repeats lik
 COMMON_WORD = "PerspectiveCamera"
 RARE_WORD = "no-such-word-anywhere"
 KEY_PREFIXES = ["rk3f9a2c7d1e", "rk8b0c4e6a2f", "rkd71e5a9c3b", "rk02f6b8d4e1", "rk5c9e1a7f0d"]
-ERROR_CODES = ["generation_unavailable"] * 4 + ["timeout"] * 2 + ["rate_limited"] * 2 + ["kb_not_found", "internal_error"]
+ERROR_CODES = ["generation_unavailable"] * 4 + ["timeout"] * 2 + ["rate_limited"] * 2 + ["kb_not_found",
+                                                                                       "internal_error"]
+STAGES = ("plan", "bm25", "embed", "dense", "fuse", "adopt")
 FEEDBACK_REASONS = ["", "", "答非所问", "wrong class", "引用的文档过时了", "not what I asked"]
 CLASSES = ["PerspectiveCamera", "Texture", "Vector3", "Fog", "Reflector", "WebGLRenderer", "DepthTexture", "Scene",
            "Object3D", "GLTFLoader", "App", "CubeReflectionProbe"]
@@ -171,8 +174,8 @@ def payload_pools(rng: random.Random) -> dict:
     answers = [
         "**PerspectiveCamera.fov** — 摄像机视锥体垂直视野角度，默认值为 50 [1]。\n\n"
         "从视图底部到顶部，以角度表示。修改后需要调用 .updateProjectionMatrix() [2]。" * 2,
-        "**Texture.minFilter** — .minFilter : number [1]\n\nHow the texture is sampled when a texel covers less than "
-        "one pixel. The default is v3d.LinearMipmapLinearFilter, which uses mipmapping and a trilinear filter [2].",
+        ("**Texture.minFilter** — .minFilter : number [1]\n\nHow the texture is sampled when a texel covers less than "
+         "one pixel. The default is v3d.LinearMipmapLinearFilter, which uses mipmapping and a trilinear filter [2]."),
         "重建索引用 `manage.py rag reindex`；加 `--if-changed` 时只有文档变化才构建新版本 [1]。旧版本保留 "
         "RAG_KEEP_VERSIONS 个，默认 5 个 [2]。构建在后台任务里进行，页面显示进度。" * 2,
     ]
@@ -212,7 +215,7 @@ def _as_stored(moment: datetime.datetime, vendor: str):
 def synthetic_batch(task: tuple[int, list[float], int, str]) -> tuple[list[tuple], list[tuple], Counter]:
     """One batch of records (ids from `first_id`, one per moment) and their feedback rows, and what they hold."""
     first_id, moments, seed, vendor = task
-    rng, pools, utc = random.Random(seed), _POOLS, datetime.timezone.utc
+    rng, pools, utc = random.Random(seed), _POOLS, datetime.UTC
     rows, feedback, mix = [], [], Counter()
     for offset, moment in enumerate(moments):
         record_id = first_id + offset
@@ -236,10 +239,10 @@ def synthetic_batch(task: tuple[int, list[float], int, str]) -> tuple[list[tuple
             error_code = rng.choice(ERROR_CODES)
             latency *= 3
         else:
-            plan = ('{"question": %s, "corrected_question": %s, "kind": "%s", "classes": ["%s"], "hinted_classes": [], '
-                    '"members": [], "corrections": [], "unknown_identifiers": [], "reason": ""}'
-                    % (json.dumps(question), json.dumps(question), rng.choice(["api", "doc", "api"]),
-                       rng.choice(CLASSES)))
+            quoted, plan_kind, cls = json.dumps(question), rng.choice(["api", "doc", "api"]), rng.choice(CLASSES)
+            plan = (f'{{"question": {quoted}, "corrected_question": {quoted}, "kind": "{plan_kind}", '
+                    f'"classes": ["{cls}"], "hinted_classes": [], "members": [], "corrections": [], '
+                    f'"unknown_identifiers": [], "reason": ""}}')
             retrieved = rng.choice(pools["retrieved"])
             if hit_count:
                 variant = rng.randrange(64)
@@ -263,8 +266,8 @@ def synthetic_batch(task: tuple[int, list[float], int, str]) -> tuple[list[tuple
             tool = ("ask_sdk_docs" if kind == "chat" else "search_sdk_docs")
             session, transport = f"{rng.getrandbits(128):032x}", "http" if rng.random() < 0.8 else "stdio"
             arguments = json.dumps({"question": question}, ensure_ascii=False)
-        timings = ('{"plan": %.3f, "bm25": %.3f, "embed": %.3f, "dense": %.3f, "fuse": %.3f, "adopt": %.3f, '
-                   '"total": %.3f}' % (*(rng.uniform(0.1, 5) for _ in range(6)), latency))
+        stages = ", ".join(f'"{stage}": {rng.uniform(0.1, 5):.3f}' for stage in STAGES)
+        timings = f'{{{stages}, "total": {latency:.3f}}}'
         created = datetime.datetime.fromtimestamp(moment, utc)
         row = (record_id, f"req_{rng.getrandbits(128):032x}", channel, kind, "sdk", "20261101-000000-ab12", question,
                plan, retrieved, adopted, "[]", answer, citations, confidence, mode, degraded, reason, error_code,
@@ -309,7 +312,8 @@ def empty_tables() -> None:
 
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
-            cursor.execute("TRUNCATE assistant_feedback, opsboard_dailyreport, rag_requestrecord RESTART IDENTITY")
+            cursor.execute("TRUNCATE assistant_feedback, opsboard_dailyreport, opsboard_hourstat, rag_requestrecord "
+                           "RESTART IDENTITY")
         return
     name = Path(connection.settings_dict["NAME"])
     connection.close()
@@ -330,21 +334,30 @@ def fill(count: int, seed: int) -> dict:
     mix = Counter(dict.fromkeys(("records", "web", "mcp", "eval", "failed", "empty", "low", "degraded",
                                  "thumbs_down"), 0))
     connection.close()  # no connection crosses the fork
-    started, done = time.perf_counter(), 0
-    with multiprocessing.Pool(max(1, (os.cpu_count() or 2) - 1), _start_generator, (seed,)) as pool:
+    started, done, workers = time.perf_counter(), 0, max(1, (os.cpu_count() or 2) - 1)
+
+    def store(batch: tuple[list[tuple], list[tuple], Counter]) -> None:
+        nonlocal done
+        rows, feedback, made = batch
+        with transaction.atomic():  # ids are given (1…count), so feedback rows point at records without a lookup
+            insert_batch(rows, feedback)
+        mix.update(made)
+        done += len(rows)
+        if done % 100_000 == 0 or done == count:
+            print(f"  inserted {done:>9,} records  {done / (time.perf_counter() - started):>8,.0f}/s", flush=True)
+
+    with multiprocessing.get_context("fork").Pool(workers, _start_generator, (seed,)) as pool:
         if connection.vendor == "sqlite":
             with connection.cursor() as cursor:  # a bulk load: no fsync per batch, a big page cache
                 cursor.execute("PRAGMA synchronous=OFF")
                 cursor.execute("PRAGMA cache_size=-1000000")
-        for rows, feedback, made in pool.imap(synthetic_batch, tasks):
-            # ids are given (1…count) so feedback rows can point at their records without a lookup
-            with transaction.atomic():
-                insert_batch(rows, feedback)
-            mix.update(made)
-            done += len(rows)
-            if done % 100_000 == 0 or done == count:
-                elapsed = time.perf_counter() - started
-                print(f"  inserted {done:>9,} records  {done / elapsed:>8,.0f}/s", flush=True)
+        pending: deque = deque()
+        for task in tasks:  # two batches in flight per worker: more would only pile up in this process's memory
+            pending.append(pool.apply_async(synthetic_batch, (task,)))
+            if len(pending) > 2 * workers:
+                store(pending.popleft().get())
+        while pending:
+            store(pending.popleft().get())
     seconds = time.perf_counter() - started
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
@@ -374,7 +387,22 @@ def build_reports() -> dict:
             "max_ms": round(max(timings), 1)}
 
 
+def roll_up() -> dict:
+    """Roll up every closed hour of the filled days, as the five-minute job would have by now; time that job too."""
+    from opsboard.services import rollup_hours
+
+    started = time.perf_counter()
+    written = rollup_hours(hours=(DAYS + 1) * 24)
+    backfill = time.perf_counter() - started
+    started = time.perf_counter()
+    rollup_hours()
+    return {"hours_written": written, "backfill_s": round(backfill, 1),
+            "job_ms": round((time.perf_counter() - started) * 1000, 1)}
+
+
 def ensure_filled(args: argparse.Namespace) -> dict:
+    """Reuse the database when it holds what was asked for, else fill it; roll up hours; build daily reports."""
+    from django.conf import settings
     from django.core.management import call_command
     from django.db.models import Max
     from django.utils import timezone
@@ -382,35 +410,41 @@ def ensure_filled(args: argparse.Namespace) -> dict:
     from rag.models import RequestRecord
 
     call_command("migrate", interactive=False, verbosity=0)
+    saved = Path(settings.DATA_DIR) / "bench" / "fill.json"
     count = RequestRecord.objects.count()
     newest = RequestRecord.objects.aggregate(newest=Max("created_at"))["newest"]
     age_hours = (timezone.now() - newest).total_seconds() / 3600 if newest else None
     if not args.refill and count == args.records and age_hours is not None and age_hours < args.max_age_hours:
         print(f"Reusing {count:,} records (newest {age_hours:.1f} h old); --refill starts over.")
-        return {"reused": True}
-    if count:
-        why = "--refill" if args.refill else (f"{count:,} records, not {args.records:,}" if count != args.records
-                                              else f"newest record {age_hours:.1f} h old")
-        print(f"Emptying the tables ({why}).")
-        empty_tables()
-    print(f"Inserting {args.records:,} records in batches of {BATCH:,} …", flush=True)
-    filled = fill(args.records, args.seed)
-    mix = filled["mix"]
-    print("  mix: " + ", ".join(f"{name} {mix[name] / mix['records']:.1%}" for name in mix if name != "records"))
-    print("Building the daily reports …", flush=True)
-    filled["daily_report_build"] = build_reports()
-    return {"reused": False, **filled}
+        setup = {**(json.loads(saved.read_text()) if saved.exists() else {}), "reused": True}
+    else:
+        if count:
+            why = "--refill" if args.refill else (f"{count:,} records, not {args.records:,}" if count != args.records
+                                                  else f"newest record {age_hours:.1f} h old")
+            print(f"Emptying the tables ({why}).")
+            empty_tables()
+        print(f"Inserting {args.records:,} records in batches of {BATCH:,} …", flush=True)
+        setup = {"reused": False, **fill(args.records, args.seed)}
+        mix = setup["mix"]
+        print("  mix: " + ", ".join(f"{name} {mix[name] / mix['records']:.1%}" for name in mix if name != "records"))
+    print("Rolling up hours …", flush=True)
+    setup["rollup"] = roll_up()
+    if not setup["reused"]:
+        print("Building the daily reports …", flush=True)
+        setup["daily_report_build"] = build_reports()
+    saved.parent.mkdir(parents=True, exist_ok=True)
+    saved.write_text(json.dumps(setup, indent=1))
+    return setup
 
 
 # -- timing the pages --------------------------------------------------------------------------------------
 
 
 def ops_client():
+    from django.conf import settings
     from django.contrib.auth import get_user_model
     from django.contrib.auth.models import Group
     from django.test import Client
-
-    from django.conf import settings
 
     user, _ = get_user_model().objects.get_or_create(username="bench-ops", defaults={"is_superuser": True,
                                                                                    "is_staff": True})
@@ -422,9 +456,8 @@ def ops_client():
 
 
 def pages_to_time() -> list[tuple[str, str]]:
-    from rag.models import RequestRecord
-
     from opsboard.selectors import PAGE_SIZE
+    from rag.models import RequestRecord
 
     newest_ids = list(RequestRecord.objects.order_by("-id").values_list("id", flat=True)[:PAGE_SIZE])
     middle = RequestRecord.objects.order_by("-id").values_list("id", flat=True).first() // 2
@@ -463,7 +496,7 @@ def time_page(client, url: str, runs: int) -> dict:
         if response.status_code != 200:
             raise SystemExit(f"{url} answered {response.status_code}")
         queries = len(captured.captured_queries)
-        slowest = sorted(captured.captured_queries, key=lambda q: -float(q["time"]))[:3]
+        slowest = sorted(captured.captured_queries, key=lambda q: -float(q["time"]))[:5]
     warm = timings[1:] or timings
     return {"url": url, "cold_ms": round(timings[0], 1), "median_ms": round(statistics.median(warm), 1),
             "max_ms": round(max(warm), 1), "queries": queries, "bytes": len(response.content),
@@ -481,13 +514,33 @@ def query_plan(sql: str) -> list[str]:
         return [line for (line,) in cursor.fetchall()]
 
 
+def in_child_process(function, *args):
+    """Return function(*args) run in a forked child, so that its memory does not count in this process's peak."""
+    from django.db import connection
+
+    connection.close()  # no connection crosses the fork
+    context = multiprocessing.get_context("fork")
+    receiver, sender = context.Pipe(duplex=False)
+    child = context.Process(target=lambda: sender.send(function(*args)))
+    child.start()
+    sender.close()
+    try:
+        result = receiver.recv()
+    except EOFError:
+        result = None
+    child.join()
+    if child.exitcode:
+        raise SystemExit(f"filling the database failed (exit code {child.exitcode})")
+    return result
+
+
 def main() -> int:
     args = parse_args()
     configure(args)
     from django.conf import settings
 
     print(f"Database: {database_label()}")
-    setup = ensure_filled(args)
+    setup = in_child_process(ensure_filled, args)
     client = ops_client()
     reset_peak_rss()
     results = {}
@@ -502,16 +555,20 @@ def main() -> int:
     for name, r in results.items():
         flag = "  <-- over budget" if r["median_ms"] > args.slow_ms else ""
         print(f"{name:28s} {r['cold_ms']:9.1f} {r['median_ms']:9.1f} {r['max_ms']:9.1f} {r['queries']:7d}{flag}")
-    if not setup["reused"]:
-        print(f"insert: {setup['seconds']} s, {setup['rate_per_s']:,} records/s; daily report build: median "
+    if "seconds" in setup:
+        print(f"insert{' (when filled)' if setup['reused'] else ''}: {setup['seconds']} s, "
+              f"{setup['rate_per_s']:,} records/s; daily report build: median "
               f"{setup['daily_report_build']['median_ms']} ms")
+    rollup = setup["rollup"]
+    print(f"hour rollup: {rollup['hours_written']} hour rows in {rollup['backfill_s']} s (backfill); "
+          f"the five-minute job afterwards: {rollup['job_ms']} ms")
     print(f"database size: {size / 2**20:,.0f} MiB; peak RSS while timing pages: {peak:,.0f} MiB")
 
     for name, r in results.items():
         if r["median_ms"] <= args.slow_ms:
             continue
         print(f"\n== {name} ({r['url']}): {r['median_ms']} ms; its slowest queries")
-        for query in r["slowest_queries"]:
+        for query in [q for q in r["slowest_queries"] if q["ms"] >= 10]:
             print(f"-- {query['ms']} ms: {query['sql'][:600]}{' …' if len(query['sql']) > 600 else ''}")
             query["plan"] = query_plan(query["sql"])
             print("\n".join("   " + line for line in query["plan"]))

@@ -53,10 +53,12 @@ def line(points: list[dict], *, value: str, label: str, title: str) -> SafeStrin
     if current:
         segments.append(current)
     polylines = format_html_join("", '<polyline points="{}" class="line"/>',
-                                 ((" ".join(f"{x:.1f},{y:.1f}" for x, y in seg),) for seg in segments))
+                                 ((" ".join(f"{x:.1f},{y:.1f}" for x, y in seg),) for seg in segments if len(seg) > 1))
+    dots = format_html_join("", '<circle cx="{}" cy="{}" r="3" class="dot"/>',
+                            ((_n(seg[0][0]), _n(seg[0][1])) for seg in segments if len(seg) == 1))
     ticks = format_html_join("", '<text x="{}" y="{}" class="tick">{}</text>',
                              ((_n(PAD + n * step), HEIGHT - 8, p[label]) for n, p in enumerate(points)
                               if n % max(1, len(points) // 8) == 0))
     return format_html('<svg viewBox="0 0 {} {}" role="img" aria-label="{}" class="chart">'
-                       '<text x="0" y="12" class="tick">≤{} ms</text>{}{}</svg>',
-                       WIDTH, HEIGHT, title, peak, polylines, ticks)
+                       '<text x="0" y="12" class="tick">≤{} ms</text>{}{}{}</svg>',
+                       WIDTH, HEIGHT, title, peak, polylines, dots, ticks)

@@ -115,6 +115,12 @@ def hourly_live(channel: str | None, since, until):
             .values("bucket", "channel").annotate(**_aggregates(thumbs=False)).order_by("bucket"))
 
 
+def first_id_since(moment) -> int | None:
+    """The id of the first request recorded at or after `moment` (ids grow with time), via the time index."""
+    return (RequestRecord.objects.filter(created_at__gte=moment).order_by("created_at")
+            .values_list("id", flat=True).first())
+
+
 def hour_rows(channel: str, since, until) -> dict[datetime.datetime, dict]:
     """Every hour of [since, until): closed hours from the rollup table, the rest (the current hour, hours the
     job has not rolled up yet) aggregated live; thumbs-down counted live from the feedback table."""
@@ -126,12 +132,15 @@ def hour_rows(channel: str, since, until) -> dict[datetime.datetime, dict]:
         for row in hourly_live(channel, min(missing), until):
             if row["bucket"] in missing:
                 rows[row["bucket"]] = row
-    thumbs = (Feedback.objects.filter(request__channel=channel, request__created_at__gte=start,
-                                      request__created_at__lt=until)
-              .annotate(bucket=Trunc("request__created_at", "hour", tzinfo=datetime.UTC))
-              .values("bucket").annotate(n=Count("id")))
-    for row in thumbs:
-        rows.setdefault(row["bucket"], {})["thumbs_down"] = row["n"]
+    first = first_id_since(start)
+    if first is not None:  # few feedback rows: start from them (bounded by id), not from the requests
+        thumbs = (Feedback.objects.filter(request_id__gte=first, request__channel=channel,
+                                          request__created_at__lt=until)
+                  .values_list("request__created_at", flat=True))
+        for moment in thumbs:
+            hour = floor_hour(moment)
+            rows.setdefault(hour, {})
+            rows[hour]["thumbs_down"] = rows[hour].get("thumbs_down", 0) + 1
     return rows
 
 
@@ -208,8 +217,10 @@ def request_page(flt: RequestFilter) -> tuple[list[RequestRecord], int | None]:
     if flt.until:
         rows = rows.filter(created_at__lt=flt.until)
     if flt.text:
-        if not flt.since:  # a text search scans rows: bounded to the last week unless a start is given
-            rows = rows.filter(created_at__gte=timezone.now() - TEXT_SEARCH_DAYS)
+        # A text search reads every row it covers: bounded to the last week unless a start is given, and by id
+        # too, so the database walks only that range (ids grow with time) instead of the whole table.
+        first = first_id_since(flt.since or timezone.now() - TEXT_SEARCH_DAYS)
+        rows = rows.filter(id__gte=first) if first is not None else rows.none()
         rows = rows.filter(question__icontains=flt.text)
     if flt.before:
         rows = rows.filter(id__lt=flt.before)
@@ -298,6 +309,7 @@ def live_status() -> dict:
     building = IndexVersion.objects.filter(status=IndexVersion.Status.BUILDING).select_related("kb")
     return {
         "at": now.isoformat(),
+        "at_local": timezone.localtime(now).strftime("%Y-%m-%d %H:%M:%S"),
         "mcp_sessions": snapshot["gauges"].get("mcp_sessions", 0),
         "in_flight": {channel: snapshot["in_flight"].get(channel, 0) for channel in ("web", "mcp", "eval")},
         "processes": snapshot["processes"],
@@ -306,8 +318,9 @@ def live_status() -> dict:
         "eval_runs_running": EvalRun.objects.filter(status__in=["queued", "running"]).count(),
         "breaker": breaker,
         "recent": recent_problems(),
-        "active_versions": [{**v, "built_at": v["built_at"].isoformat() if v["built_at"] else None}
-                            for v in active_versions()],
+        "active_versions": [{**v, "built_at": v["built_at"].isoformat() if v["built_at"] else None,
+                             "built_local": timezone.localtime(v["built_at"]).strftime("%Y-%m-%d %H:%M")
+                             if v["built_at"] else None} for v in active_versions()],
     }
 
 

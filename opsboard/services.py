@@ -81,6 +81,9 @@ def _same(original: dict, run: dict) -> dict:
 # -- hourly rollups -------------------------------------------------------------------------------------
 
 
+ROLLUP_CHANNELS = ("web", "mcp", "eval")
+
+
 def rollup_hours(*, hours: int = 48, now: datetime.datetime | None = None) -> int:
     """Store each channel's numbers for the closed hours of the last `hours` that are not stored yet (and the
     latest closed hour again, in case a slow request landed late). Returns how many rows were written."""
@@ -89,18 +92,26 @@ def rollup_hours(*, hours: int = 48, now: datetime.datetime | None = None) -> in
     since = closed_until - datetime.timedelta(hours=hours)
     stored = set(HourStat.objects.filter(hour__gte=since).values_list("hour", "channel"))
     latest = closed_until - datetime.timedelta(hours=1)
+    hour = since
+    while hour < latest and all((hour, c) in stored for c in ROLLUP_CHANNELS):  # skip what is stored already
+        hour += datetime.timedelta(hours=1)
     written = 0
-    day = since
+    day = hour
     while day < closed_until:  # a day at a time keeps each query small
         end = min(day + datetime.timedelta(days=1), closed_until)
-        for row in selectors.hourly_live(None, day, end):
-            if (row["bucket"], row["channel"]) in stored and row["bucket"] != latest:
-                continue
-            HourStat.objects.update_or_create(hour=row["bucket"], channel=row["channel"], defaults={
-                **{k: row[k] or 0 for k in ("requests", "failures", "empty", "low", "degraded", "prompt_tokens",
-                                            "completion_tokens")},
-                "latency": [row[f"le_{edge}"] for edge in selectors.LATENCY_EDGES]})
-            written += 1
+        found = {(row["bucket"], row["channel"]): row for row in selectors.hourly_live(None, day, end)}
+        moment = day
+        while moment < end:  # every hour and channel gets a row, quiet ones too, so none is read live again
+            for channel in ROLLUP_CHANNELS:
+                if (moment, channel) in stored and moment != latest:
+                    continue
+                row = found.get((moment, channel), {})
+                HourStat.objects.update_or_create(hour=moment, channel=channel, defaults={
+                    **{k: row.get(k) or 0 for k in ("requests", "failures", "empty", "low", "degraded",
+                                                    "prompt_tokens", "completion_tokens")},
+                    "latency": [row.get(f"le_{edge}") or 0 for edge in selectors.LATENCY_EDGES]})
+                written += 1
+            moment += datetime.timedelta(hours=1)
         day = end
     return written
 

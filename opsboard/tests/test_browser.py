@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.contrib.auth.hashers import PBKDF2PasswordHasher
 from django.contrib.auth.models import Group
 from django.utils import timezone
 
@@ -27,7 +28,9 @@ XSS_SCRIPT = "<script>alert(1)</script>"
 
 
 def make_ops_user(username: str = "opsreader"):
-    user = get_user_model().objects.create_user(username, password=PASSWORD)
+    # Hashed with a hasher of the production settings Daphne runs with (the test settings' MD5 is not among them).
+    hasher = PBKDF2PasswordHasher()
+    user = get_user_model().objects.create(username=username, password=hasher.encode(PASSWORD, hasher.salt()))
     user.groups.add(Group.objects.get_or_create(name=settings.RAG_OPS_GROUP)[0])
     return user
 
@@ -77,14 +80,22 @@ class Visitor:
         self.errors: list[str] = []
         self.page.on("dialog", lambda dialog: (self.dialogs.append(dialog.message), dialog.dismiss()))
         self.page.on("pageerror", lambda error: self.errors.append(str(error)))
-        self.page.on("console", lambda message: message.type == "error" and self.errors.append(message.text))
+        self.page.on("console", self._console)
+        self.page.on("response", lambda response: response.status >= 400 and self.errors.append(
+            f"{response.status} {response.url}"))
+
+    def _console(self, message) -> None:
+        source = message.location.get("url", "")
+        if message.type == "error" and not source.endswith("/favicon.ico"):  # the site has none; Chromium asks
+            self.errors.append(f"{message.text} ({source}, on {self.page.url})")
 
     def sign_in(self, username: str) -> None:
         self.page.goto(self.url + "/ops/login/?next=/ops/")
         self.page.fill("input[name=username]", username)
         self.page.fill("input[name=password]", PASSWORD)
-        self.page.click("button:has-text('Sign in')")
-        self.page.wait_for_url(self.url + "/ops/")
+        with self.page.expect_navigation():
+            self.page.click("main button:has-text('Sign in')")
+        assert self.page.url == self.url + "/ops/", (self.page.url, self.page.inner_text("main")[:500])
 
     def visit(self, path: str, heading: str):
         response = self.page.goto(self.url + path)
