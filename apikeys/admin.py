@@ -6,6 +6,7 @@ from django.utils import timezone
 
 from apikeys.models import ApiKey, ApiKeyUsage
 from apikeys.services import api_key_issue, api_key_revoke, api_key_rotate
+from rag.admin_readonly import ReadOnlyAdmin
 
 
 class UsageInline(admin.TabularInline):
@@ -24,7 +25,7 @@ class UsageInline(admin.TabularInline):
 
 
 @admin.register(ApiKeyUsage)
-class ApiKeyUsageAdmin(admin.ModelAdmin):
+class ApiKeyUsageAdmin(ReadOnlyAdmin):
     """Calls and tokens per key, tool and day; written by the MCP service only."""
 
     list_display = ("day", "key", "tool", "calls", "failures", "prompt_tokens", "completion_tokens")
@@ -32,12 +33,6 @@ class ApiKeyUsageAdmin(admin.ModelAdmin):
     search_fields = ("key__prefix", "key__name", "key__owner__username")
     list_select_related = ("key",)
     date_hierarchy = "day"
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
 
     def has_delete_permission(self, request, obj=None):
         return False

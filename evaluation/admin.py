@@ -9,6 +9,7 @@ from django.urls import path, reverse
 
 from evaluation.models import EvalRun, GoldenDraft, GoldenItem, GoldenSet
 from evaluation.services import draft_add, golden_export, golden_import, golden_new_version
+from rag.admin_readonly import ReadOnlyAdmin
 from rag.errors import ServiceError
 
 
@@ -88,16 +89,10 @@ class GoldenSetAdmin(admin.ModelAdmin):
 
 
 @admin.register(EvalRun)
-class EvalRunAdmin(admin.ModelAdmin):
+class EvalRunAdmin(ReadOnlyAdmin):
     list_display = ("id", "golden_set", "status", "verdict", "done", "total", "candidate", "created_at")
     list_filter = ("status", "verdict", "candidate")
     readonly_fields = [f.name for f in EvalRun._meta.fields]
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
 
 
 @admin.register(GoldenDraft)

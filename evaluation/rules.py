@@ -89,7 +89,8 @@ def score_generation(item: dict, outcome: GenerationOutcome) -> GenerationScore:
         "negative_refused": (outcome.confidence == "none" and not outcome.evidence and not outcome.model_called)
         if not answerable else None,
         "expected_class_not_discarded": (not any(
-            all(not _from_class(c, name) for c in outcome.evidence) and any(_from_class(c, name) for c in outcome.discarded)
+            all(not _from_class(c, name) for c in outcome.evidence)
+            and any(_from_class(c, name) for c in outcome.discarded)
             for name in expected)) if answerable and expected else None,
         "must_mention": all(_mentions(text, w) for w in item.get("must_mention") or []) if answerable and item.get(
             "must_mention") else None,
@@ -100,7 +101,8 @@ def score_generation(item: dict, outcome: GenerationOutcome) -> GenerationScore:
     return GenerationScore(id=item["id"], answerable=answerable, rules=rules)
 
 
-def _rate(values) -> float | None:
+def rate(values) -> float | None:
+    """The share of true values; None values (a rule that does not apply) are left out."""
     values = [v for v in values if v is not None]
     return sum(bool(v) for v in values) / len(values) if values else None
 
@@ -124,19 +126,19 @@ def generation_metrics(scores: list[GenerationScore], judge: JudgeSummary | None
     negatives = [s for s in scores if not s.answerable]
     rule = lambda name, group: [s.rules.get(name) for s in group]  # noqa: E731
     metrics = {
-        "answer_parses": _rate(rule("answer_parses", scores)),
-        "confidence_expected": _rate(rule("confidence_expected", scores)),
-        "citations_valid": _rate(rule("citations_valid", answerable)),
-        "class_mentioned": _rate(rule("class_mentioned", answerable)),
-        "member_mentioned": _rate(rule("member_mentioned", answerable)),
-        "path_clean": _rate(rule("path_clean", scores)),
-        "negative_refused": _rate(rule("negative_refused", negatives)),
+        "answer_parses": rate(rule("answer_parses", scores)),
+        "confidence_expected": rate(rule("confidence_expected", scores)),
+        "citations_valid": rate(rule("citations_valid", answerable)),
+        "class_mentioned": rate(rule("class_mentioned", answerable)),
+        "member_mentioned": rate(rule("member_mentioned", answerable)),
+        "path_clean": rate(rule("path_clean", scores)),
+        "negative_refused": rate(rule("negative_refused", negatives)),
         # The share of answerable questions whose expected class was found but only in discarded chunks.
         "expected_class_discarded": (lambda r: None if r is None else 1 - r)(
-            _rate(rule("expected_class_not_discarded", answerable))),
-        "must_mention": _rate(rule("must_mention", answerable)),
-        "no_forbidden_claim": _rate(rule("no_forbidden_claim", scores)),
-        "code_block": _rate(rule("code_block", scores)),
+            rate(rule("expected_class_not_discarded", answerable))),
+        "must_mention": rate(rule("must_mention", answerable)),
+        "no_forbidden_claim": rate(rule("no_forbidden_claim", scores)),
+        "code_block": rate(rule("code_block", scores)),
         "judge_pass": (judge.passed / judge.judged if judge.judged else None) if judge else None,
         "hallucination_count": judge.hallucinations if judge else None,
         "correct_rate": (judge.correct / judge.judged if judge.judged else None) if judge else None,

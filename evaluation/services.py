@@ -17,9 +17,9 @@ from django.utils import timezone
 from evaluation import rules
 from evaluation.judge import PROMPT_VERSION, Judge, JudgeError
 from evaluation.models import EvalResult, EvalRun, GoldenDraft, GoldenItem, GoldenSet, JudgeVerdict
+from rag import live
 from rag.engine.generate import ChatClient
 from rag.engine.metrics import RetrievedChunk, score_question
-from rag import live
 from rag.errors import ServiceError
 from rag.models import IndexVersion, KnowledgeBase, RequestRecord
 from rag.pipeline import get_engine
@@ -363,7 +363,8 @@ def _execute(run: EvalRun, progress) -> EvalRun:
         with live.in_flight(CHANNEL):
             fields = (_score_retrieval if kind == "retrieval" else _score_generation)(item, version, judge)
         EvalResult.objects.update_or_create(run=run, item=item, defaults={"position": position, **fields})
-        done = run.results.count()
+        done_ids.add(item.pk)
+        done = len(done_ids)
         EvalRun.objects.filter(pk=run.pk).update(done=done, heartbeat_at=timezone.now())
         if progress:
             progress(done, len(items), item)
@@ -544,10 +545,11 @@ def _retrieval_layers(scores) -> list[dict]:
         answerable = [s for s in group if s.answerable]
         members = [s for s in answerable if s.member_hit is not None]
         rows.append({"layer": layer, "questions": len(group), "metrics": {
-            "class_hit": _share([s.class_hit for s in answerable]),
-            "member_hit": _share([s.member_hit for s in members]),
-            "hit_at_1": _share([s.hit_at_1 for s in answerable]), "hit_at_3": _share([s.hit_at_3 for s in answerable]),
-            "empty": _share([s.empty for s in group])}})
+            "class_hit": rules.rate([s.class_hit for s in answerable]),
+            "member_hit": rules.rate([s.member_hit for s in members]),
+            "hit_at_1": rules.rate([s.hit_at_1 for s in answerable]),
+            "hit_at_3": rules.rate([s.hit_at_3 for s in answerable]),
+            "empty": rules.rate([s.empty for s in group])}})
     return rows
 
 
@@ -559,12 +561,8 @@ def _generation_layers(scores) -> list[dict]:
             continue
         names = sorted({name for s in group for name, v in s.rules.items() if v is not None})
         rows.append({"layer": label, "questions": len(group), "metrics": {
-            name: _share([bool(s.rules[name]) for s in group if s.rules.get(name) is not None]) for name in names}})
+            name: rules.rate([s.rules.get(name) for s in group]) for name in names}})
     return rows
-
-
-def _share(values: list) -> float | None:
-    return sum(bool(v) for v in values) / len(values) if values else None
 
 
 def _baseline_of(run: EvalRun, results) -> tuple[EvalRun | None, dict]:

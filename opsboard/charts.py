@@ -12,6 +12,14 @@ def _n(value: float) -> str:
     return f"{value:.1f}"
 
 
+def _ticks(points: list[dict], label: str, step: float) -> SafeString:
+    """About eight labels along the x axis."""
+    every = max(1, len(points) // 8)
+    return format_html_join("", '<text x="{}" y="{}" class="tick">{}</text>',
+                            ((_n(PAD + n * step), HEIGHT - 8, p[label])
+                             for n, p in enumerate(points) if n % every == 0))
+
+
 def bars(points: list[dict], *, value: str, overlay: str | None = None, label: str, title: str) -> SafeString:
     """A bar per point (`value`), with an optional darker bar (`overlay`, e.g. failures) drawn over it."""
     peak = max([p[value] or 0 for p in points] + [1])
@@ -29,12 +37,9 @@ def bars(points: list[dict], *, value: str, overlay: str | None = None, label: s
             parts.append(format_html('<rect x="{}" y="{}" width="{}" height="{}" class="overlay">'
                                      "<title>{}: {} {}</title></rect>", _n(x), _n(HEIGHT - PAD - top), _n(bar),
                                      _n(top), point[label], point[overlay], overlay))
-    ticks = format_html_join("", '<text x="{}" y="{}" class="tick">{}</text>',
-                             ((_n(PAD + n * step), HEIGHT - 8, p[label]) for n, p in enumerate(points)
-                              if n % max(1, len(points) // 8) == 0))
     return format_html('<svg viewBox="0 0 {} {}" role="img" aria-label="{}" class="chart">'
                        '<text x="0" y="12" class="tick">{}</text>{}{}</svg>',
-                       WIDTH, HEIGHT, title, peak, SafeString("".join(parts)), ticks)
+                       WIDTH, HEIGHT, title, peak, SafeString("".join(parts)), _ticks(points, label, step))
 
 
 def line(points: list[dict], *, value: str, label: str, title: str) -> SafeString:
@@ -56,9 +61,6 @@ def line(points: list[dict], *, value: str, label: str, title: str) -> SafeStrin
                                  ((" ".join(f"{x:.1f},{y:.1f}" for x, y in seg),) for seg in segments if len(seg) > 1))
     dots = format_html_join("", '<circle cx="{}" cy="{}" r="3" class="dot"/>',
                             ((_n(seg[0][0]), _n(seg[0][1])) for seg in segments if len(seg) == 1))
-    ticks = format_html_join("", '<text x="{}" y="{}" class="tick">{}</text>',
-                             ((_n(PAD + n * step), HEIGHT - 8, p[label]) for n, p in enumerate(points)
-                              if n % max(1, len(points) // 8) == 0))
     return format_html('<svg viewBox="0 0 {} {}" role="img" aria-label="{}" class="chart">'
                        '<text x="0" y="12" class="tick">≤{} ms</text>{}{}{}</svg>',
-                       WIDTH, HEIGHT, title, peak, polylines, dots, ticks)
+                       WIDTH, HEIGHT, title, peak, polylines, dots, _ticks(points, label, step))

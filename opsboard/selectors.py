@@ -168,6 +168,11 @@ def channel_totals(channel: str, since, until) -> dict:
     return channel_overview(channel, since, until, "hour")[1]
 
 
+def totals_of(rows) -> dict:
+    """The overview's numbers for any set of request rows, aggregated in one query (the alert rules)."""
+    return _shape(rows.aggregate(**_aggregates()))
+
+
 def top_failing_questions(channel: str, since, until, limit: int = 10) -> list[dict]:
     """The questions that most often failed, came back empty, had low confidence or got a thumbs-down."""
     bad = ~Q(error_code="") | Q(hit_count=0) | Q(confidence="low") | Q(feedback__isnull=False)
@@ -241,7 +246,7 @@ def request_trace(request_id: str) -> dict | None:
     record = RequestRecord.objects.filter(request_id=request_id).select_related("feedback").first()
     if record is None:
         return None
-    feedback = getattr(record, "feedback", None) if hasattr(record, "feedback") else None
+    feedback = getattr(record, "feedback", None)  # a missing reverse one-to-one raises AttributeError
     version = IndexVersion.objects.filter(kb__slug=record.kb, name=record.index_version).first()
     return {"record": record, "feedback": feedback, "version": version,
             "version_kept": bool(version and version.status == IndexVersion.Status.READY),

@@ -130,8 +130,10 @@ def daily_report_build(day: datetime.date | None = None) -> DailyReport:
     feedback, breaker openings, the slowest and the failed requests, per channel with eval apart."""
     day = day or timezone.localdate() - datetime.timedelta(days=1)
     since, until = _day_bounds(day)
-    channels = {channel: selectors.channel_totals(channel, since, until) for channel in ("web", "mcp", "eval")}
-    hours = {channel: selectors.channel_series(channel, since, until, "hour") for channel in ("web", "mcp")}
+    overview = {channel: selectors.channel_overview(channel, since, until, "hour")
+                for channel in ("web", "mcp", "eval")}
+    channels = {channel: totals for channel, (_series, totals) in overview.items()}
+    hours = {channel: overview[channel][0] for channel in selectors.USER_CHANNELS}
     day_rows = RequestRecord.objects.filter(created_at__gte=since, created_at__lt=until)
     user_rows = day_rows.filter(channel__in=selectors.USER_CHANNELS)
     slowest = list(user_rows.order_by("-latency_ms").values("request_id", "channel", "question", "latency_ms")[:10])
@@ -170,7 +172,7 @@ def _rule_values() -> list[tuple[str, float | None, float, str]]:
     config = settings.RAG_ALERTS
     since = timezone.now() - datetime.timedelta(minutes=config["WINDOW_MINUTES"])
     rows = RequestRecord.objects.filter(channel__in=selectors.USER_CHANNELS, created_at__gte=since)
-    totals = selectors._shape(rows.aggregate(**selectors._aggregates()))
+    totals = selectors.totals_of(rows)
     chats = rows.filter(kind="chat").aggregate(n=Count("id"), low=Count("id", filter=Q(confidence="low")))
     enough = totals["requests"] >= config["MIN_REQUESTS"]
     window = f"last {config['WINDOW_MINUTES']} min"

@@ -59,17 +59,7 @@ def _allowed_hosts() -> list[str]:
     return list(settings.ALLOWED_HOSTS)
 
 
-class Refusal(Exception):
-    def __init__(self, status: int, code: str, message: str, headers: dict | None = None):
-        super().__init__(message)
-        self.status, self.code, self.message, self.headers = status, code, message, dict(headers or {})
-
-    @classmethod
-    def of(cls, error: ServiceError) -> Refusal:
-        return cls(error.status, error.code, error.message, error.headers)
-
-
-async def _send_refusal(send, refusal: Refusal, request_id=None) -> None:
+async def _send_refusal(send, refusal: ServiceError, request_id=None) -> None:
     body = json.dumps({"jsonrpc": "2.0", "id": request_id,
                        "error": {"code": REFUSED, "message": refusal.message, "data": {"code": refusal.code}}}).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
@@ -167,12 +157,12 @@ class McpHttpApp:
         try:
             self._check_host_and_origin(headers)
             caller, key = await self._authenticate(headers, scope)
-        except Refusal as refusal:
+        except ServiceError as refusal:
             await _send_refusal(send, refusal)
             return
         body, receive = await self._buffer_body(scope, receive)
         if body is None:
-            await _send_refusal(send, Refusal(413, "request_too_large", "The request body is too large."))
+            await _send_refusal(send, ServiceError("request_too_large", "The request body is too large.", status=413))
             return
         limit_headers: dict[str, str] = {}
         if key is not None and scope.get("method") == "POST":
@@ -186,7 +176,7 @@ class McpHttpApp:
                         caller=Caller(key_id=key.pk, key_prefix=key.prefix,
                                       session_id=headers.get("mcp-session-id", ""), transport="http"),
                         tool=tool, arguments=arguments, error=exc)
-                    await _send_refusal(send, Refusal.of(exc), call.get("id"))
+                    await _send_refusal(send, exc, call.get("id"))
                     return
         scope = {**scope, SCOPE_CALLER: caller}
         if key is not None:
@@ -197,31 +187,34 @@ class McpHttpApp:
     def _check_host_and_origin(self, headers: dict) -> None:
         domain, _port = split_domain_port(headers.get("host", ""))
         if not domain or not validate_host(domain, _allowed_hosts()):
-            raise Refusal(400, "host_not_allowed", "This Host is not served here (see DJANGO_ALLOWED_HOSTS).")
+            raise ServiceError("host_not_allowed", "This Host is not served here (see DJANGO_ALLOWED_HOSTS).",
+                               status=400)
         origin = headers.get("origin")
         if origin and not _origin_allowed(origin, settings.RAG_MCP_ALLOWED_ORIGINS):
-            raise Refusal(403, "origin_not_allowed",
-                          f"Origin {origin[:100]} may not call this server (see RAG_MCP_ALLOWED_ORIGINS).")
+            raise ServiceError("origin_not_allowed",
+                               f"Origin {origin[:100]} may not call this server (see RAG_MCP_ALLOWED_ORIGINS).",
+                               status=403)
 
     async def _authenticate(self, headers: dict, scope) -> tuple[Caller, object | None]:
         authorization = headers.get("authorization", "")
         if not authorization:
             if settings.RAG_MCP_REQUIRE_KEY:
-                raise Refusal(401, "missing_api_key", "This server needs an API key: send "
-                              "`Authorization: Bearer <key>` (keys are issued in the admin).",
-                              {"WWW-Authenticate": 'Bearer realm="mcp"'})
+                raise ServiceError("missing_api_key", "This server needs an API key: send "
+                                   "`Authorization: Bearer <key>` (keys are issued in the admin).",
+                                   status=401, headers={"WWW-Authenticate": 'Bearer realm="mcp"'})
             return Caller(transport="http"), None
         scheme, _, raw = authorization.partition(" ")
         if scheme.lower() != "bearer" or not raw.strip():
-            raise Refusal(401, "invalid_api_key", "Send the key as `Authorization: Bearer <key>`.",
-                          {"WWW-Authenticate": 'Bearer realm="mcp", error="invalid_request"'})
+            raise ServiceError("invalid_api_key", "Send the key as `Authorization: Bearer <key>`.", status=401,
+                               headers={"WWW-Authenticate": 'Bearer realm="mcp", error="invalid_request"'})
         address = (scope.get("client") or ("", 0))[0] or ""
         try:
             key = await database_sync_to_async(api_key_authenticate, thread_sensitive=False)(
                 raw=raw.strip(), address=address)
         except ServiceError as exc:
-            extra = {"WWW-Authenticate": 'Bearer realm="mcp", error="invalid_token"'} if exc.status == 401 else {}
-            raise Refusal(exc.status, exc.code, exc.message, {**exc.headers, **extra}) from None
+            if exc.status == 401:
+                exc.headers["WWW-Authenticate"] = 'Bearer realm="mcp", error="invalid_token"'
+            raise
         return Caller(key_id=key.pk, key_prefix=key.prefix, transport="http"), key
 
     async def _buffer_body(self, scope, receive):
