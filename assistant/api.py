@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.core.validators import MaxLengthValidator, MaxValueValidator, MinLengthValidator, MinValueValidator
 from django.utils.decorators import method_decorator
 from django.views.decorators.csrf import csrf_protect
 from drf_spectacular.utils import extend_schema, inline_serializer
@@ -10,10 +11,22 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from assistant.services import feedback_submit, web_chat, web_search
-from rag.services import MAX_QUESTION_CHARS, MAX_TOP_K
+from rag.services.questions import MAX_CHUNK_ID_CHARS, MAX_EXCLUDE, MAX_QUESTION_CHARS, MAX_TOP_K
 
 
-class StrictCharField(serializers.CharField):
+LIMITS = (MaxLengthValidator, MinLengthValidator, MaxValueValidator, MinValueValidator)
+
+
+class LimitsInSchemaOnly:
+    """A field that documents its limits in the OpenAPI schema but leaves checking them to the question
+    service, which checks every face's questions the same way (and records the failures): here, types only."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.validators = [v for v in self.validators if not isinstance(v, LIMITS)]
+
+
+class StrictCharField(LimitsInSchemaOnly, serializers.CharField):
     """A string, and only a string: numbers or lists are a type error, not silently converted."""
 
     def to_internal_value(self, data):
@@ -22,18 +35,24 @@ class StrictCharField(serializers.CharField):
         return super().to_internal_value(data)
 
 
-class StrictIntegerField(serializers.IntegerField):
+class StrictIntegerField(LimitsInSchemaOnly, serializers.IntegerField):
     def to_internal_value(self, data):
         if isinstance(data, bool) or not isinstance(data, int):
             self.fail("invalid")
-        return super().to_internal_value(data)
+        return data
+
+
+class ListField(LimitsInSchemaOnly, serializers.ListField):
+    pass
 
 
 class AskInput(serializers.Serializer):
-    question = StrictCharField(max_length=MAX_QUESTION_CHARS, trim_whitespace=True)
+    """The shape of a question (JSON types); its values are checked by the question service."""
+
+    question = StrictCharField(max_length=MAX_QUESTION_CHARS, trim_whitespace=True, allow_blank=True)
     kb = StrictCharField(max_length=64, required=False)
-    exclude = serializers.ListField(child=StrictCharField(max_length=64), required=False, max_length=100,
-                                    help_text="chunk ids not to use")
+    exclude = ListField(child=StrictCharField(max_length=MAX_CHUNK_ID_CHARS, allow_blank=True), required=False,
+                        max_length=MAX_EXCLUDE, help_text="chunk ids not to use")
 
 
 class SearchInput(AskInput):

@@ -17,7 +17,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
 
     async def connect(self):
         self.cancel = threading.Event()
-        self.task = None
+        self.answering = False  # true from a question until its final (or error) frame is sent
         await self.accept()
 
     async def receive_json(self, content, **kwargs):
@@ -26,9 +26,10 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             await self.send_json({"type": "error", "code": "invalid_request", "message": "The request is not valid.",
                                   "fields": data.errors})
             return
-        if self.task and not self.task.done():
+        if self.answering:
             await self.send_json({"type": "error", "code": "busy", "message": "An answer is still streaming."})
             return
+        self.answering = True
         self.cancel = threading.Event()
         self.task = asyncio.create_task(self._stream(data.validated_data, self.cancel))
 
@@ -48,9 +49,14 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
                 loop.call_soon_threadsafe(queue.put_nowait, None)
 
         worker = loop.run_in_executor(None, produce)
-        while (event := await queue.get()) is not None:
-            if not cancel.is_set():
-                await self.send_json(event)
+        try:
+            while (event := await queue.get()) is not None:
+                if event["type"] in ("final", "error"):
+                    self.answering = False  # the page may ask its next question once it has this frame
+                if not cancel.is_set():
+                    await self.send_json(event)
+        finally:
+            self.answering = False
         await worker
 
     async def disconnect(self, code):

@@ -14,7 +14,7 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Callable
 
-from rag.engine.generate import ChatClient, GenerationError
+from rag.services.generation import ChatClient, GenerationError
 
 PROMPT_VERSION = "judge-v1"
 SCORES = ("grounding", "answering", "citation_alignment", "api_usage")

@@ -141,7 +141,7 @@ class GoldenDraft(models.Model):
         DISMISSED = "dismissed"
 
     request_id = models.CharField(max_length=64, unique=True)
-    channel = models.CharField(max_length=8)
+    channel = models.CharField(max_length=16)
     kb = models.CharField(max_length=64)
     question = models.TextField()
     answer = models.TextField(blank=True)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import logging
 import subprocess
-import time
 from pathlib import Path
 
 from django.conf import settings
@@ -17,25 +16,15 @@ from django.utils import timezone
 from evaluation import rules
 from evaluation.judge import PROMPT_VERSION, Judge, JudgeError
 from evaluation.models import EvalResult, EvalRun, GoldenDraft, GoldenItem, GoldenSet, JudgeVerdict
-from rag import live
-from rag.engine.generate import ChatClient
 from rag.engine.metrics import RetrievedChunk, score_question
 from rag.errors import ServiceError
-from rag.models import IndexVersion, KnowledgeBase, RequestRecord
-from rag.pipeline import get_engine
-from rag.services import (
-    answer_question,
-    index_activate,
-    index_build,
-    new_request_id,
-    request_record_write,
-    search,
-    uses_model,
-)
+from rag.models import Channel, IndexVersion, KnowledgeBase, RequestRecord
+from rag.services.generation import chat_client, generation_configured
+from rag.services.knowledge import index_activate, index_build, index_version_note
+from rag.services.questions import QuestionRequest, question_answer, question_search
+from rag.services.release import GateOutcome
 
 log = logging.getLogger(__name__)
-
-CHANNEL = "eval"
 LAYERS = ("plain", "colloquial", "member", "typo", "multi", "negative")
 NEGATIVE_KINDS = ("chitchat", "out_of_catalog", "no_answer")
 FIELDS = {
@@ -175,7 +164,7 @@ def golden_set_latest(name: str) -> GoldenSet:
 
 def draft_from_request(*, request_id: str, reason: str = "") -> GoldenDraft:
     """Turn a thumbs-down answer (web or MCP) into a draft golden item with its question and evidence."""
-    record = RequestRecord.objects.filter(request_id=request_id).exclude(channel=CHANNEL).first()
+    record = RequestRecord.objects.filter(request_id=request_id).exclude(channel=Channel.EVAL).first()
     if record is None:
         raise ServiceError("request_not_found", "No user request with this id.", status=404)
     existing = GoldenDraft.objects.filter(request_id=request_id).first()
@@ -305,9 +294,8 @@ def make_judge() -> Judge | None:
     config = settings.RAG_JUDGE
     if not config["BASE_URL"]:
         return None
-    client = ChatClient(base_url=config["BASE_URL"], model=config["MODEL"], api_key=config["API_KEY"],
-                        timeout=(5.0, float(config["READ_TIMEOUT"])), temperature=0.0, max_tokens=400,
-                        seed=config["SEED"])
+    client = chat_client(base_url=config["BASE_URL"], model=config["MODEL"], api_key=config["API_KEY"],
+                         read_timeout=config["READ_TIMEOUT"], temperature=0.0, max_tokens=400, seed=config["SEED"])
 
     def cache_get(key: str):
         return JudgeVerdict.objects.filter(key=key).values_list("verdict", flat=True).first()
@@ -360,8 +348,7 @@ def _execute(run: EvalRun, progress) -> EvalRun:
             return run
         EvalRun.objects.filter(pk=run.pk).update(current_question=item.question[:300], heartbeat_at=timezone.now())
         version = run.index_versions[item.kb]
-        with live.in_flight(CHANNEL):
-            fields = (_score_retrieval if kind == "retrieval" else _score_generation)(item, version, judge)
+        fields = (_score_retrieval if kind == "retrieval" else _score_generation)(item, version, judge)
         EvalResult.objects.update_or_create(run=run, item=item, defaults={"position": position, **fields})
         done_ids.add(item.pk)
         done = len(done_ids)
@@ -404,15 +391,9 @@ def _excluded_chunks(result) -> list[RetrievedChunk]:
 
 
 def _score_retrieval(item: GoldenItem, version: str, judge) -> dict:
-    request_id, started = new_request_id(), time.perf_counter()
-    try:
-        result = search(kb=item.kb, question=item.question, version=version)
-    except ServiceError as exc:
-        request_record_write(channel=CHANNEL, kind="search", request_id=request_id, kb=item.kb,
-                             question=item.question, error_code=exc.code)
-        raise
-    request_record_write(channel=CHANNEL, kind="search", request_id=request_id, kb=item.kb, question=item.question,
-                         result=result, latency_ms=(time.perf_counter() - started) * 1000)
+    outcome = question_search(QuestionRequest(question=item.question, kb=item.kb, version=version,
+                                              channel=Channel.EVAL))
+    request_id, result = outcome.request_id, outcome.result
     golden = _as_golden(item)
     score = score_question(golden, _chunks(result.hits))
     passed = _retrieval_passed(score)
@@ -446,17 +427,9 @@ def _as_golden(item: GoldenItem) -> dict:
 
 
 def _score_generation(item: GoldenItem, version: str, judge: Judge | None) -> dict:
-    request_id, started = new_request_id(), time.perf_counter()
-    try:
-        outcome = answer_question(kb=item.kb, question=item.question, version=version)
-    except ServiceError as exc:
-        request_record_write(channel=CHANNEL, kind="chat", request_id=request_id, kb=item.kb, question=item.question,
-                             error_code=exc.code)
-        raise
-    request_record_write(channel=CHANNEL, kind="chat", request_id=request_id, kb=item.kb, question=item.question,
-                         result=outcome.search, answer=outcome.answer, generate_ms=outcome.generate_ms,
-                         latency_ms=(time.perf_counter() - started) * 1000)
-    result, answer = outcome.search, outcome.answer
+    outcome = question_answer(QuestionRequest(question=item.question, kb=item.kb, version=version,
+                                              channel=Channel.EVAL))
+    request_id, result, answer = outcome.request_id, outcome.result, outcome.answer
     adopted_ids = {h.chunk.chunk_id for h in result.hits}
     discarded = [h for h in _ranked(result)[:20] if h.chunk.chunk_id not in adopted_ids]
     gen = rules.GenerationOutcome(
@@ -609,7 +582,7 @@ def gate_sets_for(kb: str) -> list[GoldenSet]:
     names = GoldenSet.objects.filter(items__kb=kb).values_list("name", flat=True).distinct()
     sets = [golden_set_latest(name) for name in sorted(set(names))]
     sets = [s for s in sets if s.items.filter(kb=kb).exists()]
-    if not uses_model(get_engine().generator):
+    if not generation_configured():
         sets = [s for s in sets if s.kind == "retrieval"]
     return sets
 
@@ -630,11 +603,11 @@ def gated_reindex_start(*, kb: KnowledgeBase, user=None) -> None:
     transaction.on_commit(lambda: gated_reindex_task.delay(kb.pk, user_id))
 
 
-def index_build_gated(kb: KnowledgeBase, *, progress=None, run_progress=None, user=None) -> dict:
+def index_build_gated(kb: KnowledgeBase, *, progress=None, run_progress=None, user=None) -> GateOutcome:
     """Build a candidate version, run the gating golden sets against it, and activate it only if all pass.
 
-    Returns {"version", "activated", "runs": [EvalRun], "failed_gates": [...]}; a failing candidate stays
-    ready but inactive (its `error` says why), and the previous version keeps serving.
+    A failing candidate stays ready but inactive (its `error` says why), and the previous version keeps
+    serving. Installed as the release gate of `rag reindex --gate` (see `EvaluationConfig.ready`).
     """
     sets = gate_sets_for(kb.slug)
     if not sets:
@@ -657,6 +630,8 @@ def index_build_gated(kb: KnowledgeBase, *, progress=None, run_progress=None, us
         index_activate(version)
     else:
         summary = "; ".join(f"{f['metric']} {f['status']}" for f in failed) or "a run did not finish"
-        IndexVersion.objects.filter(pk=version.pk).update(error=f"not activated: {summary}"[:2000])
+        index_version_note(version, f"not activated: {summary}")
     version.refresh_from_db()
-    return {"version": version, "activated": activated, "runs": runs, "failed_gates": failed}
+    return GateOutcome(version=version, activated=activated, failed_gates=failed,
+                       runs=[{"id": r.pk, "golden_set": str(r.golden_set), "verdict": r.verdict,
+                              "report": r.report_path} for r in runs])

@@ -44,7 +44,7 @@ class HourStat(models.Model):
     instead of a million. Thumbs-down are not kept here: they arrive after the hour and are counted live."""
 
     hour = models.DateTimeField(help_text="Start of the hour (aware)")
-    channel = models.CharField(max_length=8)
+    channel = models.CharField(max_length=16)
     requests = models.PositiveIntegerField(default=0)
     failures = models.PositiveIntegerField(default=0)
     empty = models.PositiveIntegerField(default=0)

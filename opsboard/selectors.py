@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime
 from dataclasses import dataclass
-from pathlib import Path
 
 from django.conf import settings
 from django.db.models import Count, Q, Sum
@@ -17,8 +16,9 @@ from assistant.models import Feedback, TokenPool
 from evaluation.models import EvalRun
 from opsboard.models import AlertEvent, DailyReport, HourStat
 from rag import live
-from rag.models import IndexVersion, KnowledgeBase, RequestRecord
-from rag.pipeline import breaker_state
+from rag.models import Channel, IndexVersion, KnowledgeBase, RequestRecord
+from rag.services.generation import breaker_state, prompt_rebuild
+from rag.services.knowledge import kb_source_hashes
 
 USER_CHANNELS = ("web", "mcp")
 # Latency histogram edges (ms): percentiles are read off cumulative counts the database computes per bucket,
@@ -257,20 +257,9 @@ def _rebuilt_prompt(record: RequestRecord, version) -> list[dict] | None:
     """The messages a model got (or would have got) for this request; only when its version is still kept."""
     if record.kind != "chat" or not record.adopted or not version or version.status != IndexVersion.Status.READY:
         return None
-    from rag.engine.generate import build_messages
-    from rag.engine.types import Hit
-    from rag.pipeline import get_engine
-
-    try:
-        reader = get_engine().reader(record.kb, record.index_version)
-    except Exception:  # noqa: BLE001  (a version whose files are gone: no prompt, the trace still shows)
-        return None
-    hits = []
-    for item in record.adopted:
-        index = reader.index_of(item["chunk_id"])
-        if index is not None:
-            hits.append(Hit(chunk=reader.chunks[index], score=item.get("score", 0.0), source="rrf"))
-    return build_messages(record.plan.get("corrected_question") or record.question, hits)
+    return prompt_rebuild(kb=record.kb, version=record.index_version,
+                          chunk_ids=[item["chunk_id"] for item in record.adopted],
+                          question=record.plan.get("corrected_question") or record.question)
 
 
 # -- realtime -------------------------------------------------------------------------------------------
@@ -334,16 +323,11 @@ def live_status() -> dict:
 
 def freshness() -> list[dict]:
     """Per knowledge base: the active version and, per document, whether its source changed since."""
-    from rag.engine.ingest import read_folder
-
     out = []
     for kb in KnowledgeBase.objects.select_related("active_version").order_by("slug"):
         version = kb.active_version
         indexed = version.document_hashes if version else {}
-        try:
-            current = {d.path: d.content_hash for d in read_folder(Path(kb.source_dir))}
-        except Exception:  # noqa: BLE001  (a source folder that is gone: every document shows as missing)
-            current = {}
+        current = kb_source_hashes(kb)  # a source folder that is gone: every document shows as removed
         documents = []
         for path in sorted(set(indexed) | set(current)):
             state = ("new" if path not in indexed else "removed" if path not in current

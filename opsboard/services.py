@@ -6,7 +6,6 @@ from __future__ import annotations
 import datetime
 import json
 import logging
-import time
 
 from django.conf import settings
 from django.db.models import Count, Q
@@ -15,10 +14,9 @@ from django.utils import timezone
 
 from opsboard import selectors
 from opsboard.models import AlertEvent, DailyReport, HourStat
-from rag import live
 from rag.errors import ServiceError
-from rag.models import IndexVersion, KnowledgeBase, RequestRecord
-from rag.services import answer_question, new_request_id, request_record_write, search
+from rag.models import Channel, IndexVersion, KnowledgeBase, RequestRecord
+from rag.services.questions import QuestionRequest, question_answer, question_search
 
 log = logging.getLogger(__name__)
 
@@ -28,24 +26,20 @@ log = logging.getLogger(__name__)
 
 def _run_as_eval(record: RequestRecord, version: str) -> dict:
     """Ask the recorded question again, as eval traffic, against one version; the parts a replay compares."""
-    exclude = record.excluded or []
-    top_k = (record.arguments or {}).get("top_k") if record.kind == "search" else None
-    request_id, started = new_request_id(), time.perf_counter()
+    top_k = (record.arguments or {}).get("top_k") if record.kind == RequestRecord.Kind.SEARCH else None
+    request = QuestionRequest(question=record.question, kb=record.kb, exclude=record.excluded or [],
+                              version=version, top_k=top_k if isinstance(top_k, int) else None,
+                              channel=Channel.EVAL)
     try:
-        with live.in_flight("eval"):
-            if record.kind == "chat":
-                outcome = answer_question(kb=record.kb, question=record.question, exclude=exclude, version=version)
-                result, answer = outcome.search, outcome.answer
-            else:
-                result = search(kb=record.kb, question=record.question, exclude=exclude, version=version,
-                                top_k=top_k if isinstance(top_k, int) else None)
-                answer = None
+        if record.kind == RequestRecord.Kind.CHAT:
+            outcome = question_answer(request)
+            answer = outcome.answer
+        else:
+            outcome, answer = question_search(request), None
     except ServiceError as exc:
         return {"version": version, "error": f"{exc.code}: {exc.message}"}
-    request_record_write(channel="eval", kind=record.kind, request_id=request_id, kb=record.kb,
-                         question=record.question, result=result, answer=answer,
-                         latency_ms=(time.perf_counter() - started) * 1000)
-    return {"version": version, "request_id": request_id, "plan": result.plan.as_dict(),
+    result = outcome.result
+    return {"version": version, "request_id": outcome.request_id, "plan": result.plan.as_dict(),
             "evidence": [h.chunk.chunk_id for h in result.hits],
             "answer": answer.text if answer else "", "confidence": answer.confidence if answer else ""}
 

@@ -2,7 +2,7 @@ from django.contrib import admin, messages
 
 from rag.errors import ServiceError
 from rag.models import ClassAlias, Document, IndexVersion, KnowledgeBase, RequestRecord
-from rag.services import index_activate
+from rag.services.knowledge import index_activate
 
 
 @admin.register(KnowledgeBase)

@@ -1,6 +1,26 @@
-"""Knowledge bases, their documents, index versions and the editable alias table."""
+"""Knowledge bases, their documents, index versions, the editable alias table and the request records."""
 
 from django.db import models
+
+
+class Channel(models.TextChoices):
+    """The face a request came through. Every face asks through `rag.services.questions`; eval traffic
+    (runs and replays) is kept apart from what users asked."""
+
+    WEB = "web", "web assistant"
+    MCP = "mcp", "MCP"
+    CLI = "cli", "command line"
+    CGRAG = "cgrag", "CG_RAG API"
+    RETRIEVAL_API = "retrieval_api", "retrieval API"
+    RAGFLOW = "ragflow", "RAGFlow API"
+    DIFY = "dify", "Dify API"
+    SEARCH_R1 = "search_r1", "Search-R1 retrieval"
+    EVAL = "eval", "evaluation"
+
+    @classmethod
+    def user_channels(cls) -> tuple["Channel", ...]:
+        """Every channel but evaluation: the traffic whose quality the ops site reports."""
+        return tuple(c for c in cls if c != cls.EVAL)
 
 
 class KnowledgeBase(models.Model):
@@ -90,18 +110,30 @@ class ClassAlias(models.Model):
 
 
 class RequestRecord(models.Model):
-    """One search or answer, whatever the channel (web page, MCP, evaluation): what was asked, how it
+    """One search or answer, whatever the channel (see `Channel`): what was asked, how it
     was planned, which chunks were found and adopted, what was answered, and what it cost."""
 
-    class Channel(models.TextChoices):
-        WEB = "web"
-        MCP = "mcp"
-        EVAL = "eval"
-        CLI = "cli"
+    Channel = Channel
+
+    class Kind(models.TextChoices):
+        SEARCH = "search"
+        CHAT = "chat"
+
+    class Outcome(models.TextChoices):
+        """How a request ended, decided once by the question service (`rag.services.records.outcome_of`)."""
+
+        OK = "ok", "answered"
+        LOW = "low", "low confidence"
+        DEGRADED = "degraded", "degraded"
+        EMPTY = "empty", "nothing found"
+        CHITCHAT = "chitchat", "chitchat reply"
+        FAILED = "failed", "failed"
+        CANCELLED = "cancelled", "cancelled by the reader"
 
     request_id = models.CharField(max_length=64, unique=True)
-    channel = models.CharField(max_length=8, choices=Channel.choices, db_index=True)
-    kind = models.CharField(max_length=8, help_text="search or chat")
+    channel = models.CharField(max_length=16, choices=Channel.choices, db_index=True)
+    kind = models.CharField(max_length=8, choices=Kind.choices)
+    outcome = models.CharField(max_length=16, choices=Outcome.choices, default=Outcome.OK)
     kb = models.CharField(max_length=64, blank=True)
     index_version = models.CharField(max_length=64, blank=True)
     question = models.TextField()
@@ -121,20 +153,22 @@ class RequestRecord(models.Model):
     latency_ms = models.FloatField(default=0)
     hit_count = models.PositiveSmallIntegerField(default=0, help_text="Chunks adopted; 0 with no error: an empty result")
     timings = models.JSONField(default=dict, blank=True)
-    # Who called, through what (MCP): the key's public prefix (never the key), the tool, its arguments,
-    # the MCP session and the transport (http or stdio).
+    # Who called, through what: the key's public prefix (never the key), the tool, its arguments, the MCP
+    # session, the transport (http or stdio) and the retrieval app.
     api_key_prefix = models.CharField(max_length=16, blank=True)
     tool = models.CharField(max_length=64, blank=True)
     arguments = models.JSONField(default=dict, blank=True)
     session_id = models.CharField(max_length=64, blank=True)
     transport = models.CharField(max_length=8, blank=True)
+    app = models.CharField(max_length=64, blank=True)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
 
     class Meta:
         ordering = ["-created_at"]
         indexes = [models.Index(fields=["channel", "created_at"]),
                    models.Index(fields=["api_key_prefix", "created_at"]),
-                   models.Index(fields=["error_code", "created_at"])]
+                   models.Index(fields=["error_code", "created_at"]),
+                   models.Index(fields=["outcome", "created_at"])]
 
     def __str__(self) -> str:
         return f"{self.channel}:{self.request_id}"

@@ -9,7 +9,9 @@ from pathlib import Path
 from django.conf import settings
 
 from rag.engine.embed import LocalE5Embedder, OpenAIEmbedder, QueryVectorCache
-from rag.engine.generate import ChatClient, CircuitBreaker, ExtractiveGenerator, LlmGenerator
+from rag.engine.breaker import CircuitBreaker
+from rag.engine.generate import ExtractiveGenerator, Generator, LlmGenerator
+from rag.engine.llm import ChatClient
 from rag.engine.index import IndexStore, VersionReader
 from rag.engine.plan import Planner
 from rag.engine.search import Searcher
@@ -25,7 +27,7 @@ class Engine:
     embedder: object
     queries: QueryVectorCache
     readers: dict  # (kb, version) -> VersionReader; the active version of each base plus a few others
-    generator: object = None  # LlmGenerator or ExtractiveGenerator, same run()
+    generator: Generator  # LlmGenerator or ExtractiveGenerator: the same run() and stream()
     max_open: int = 4
 
     def reader(self, kb: str, version: str) -> VersionReader:
@@ -99,15 +101,7 @@ def breaker_key() -> str:
     return f"rag:breaker:{config['GENERATION_BASE_URL']}:{config['GENERATION_MODEL']}"
 
 
-def breaker_state() -> dict | None:
-    """The generation breaker's shared state (for the ops site); None when no model is configured."""
-    if not settings.RAG_ENGINE["GENERATION_BASE_URL"]:
-        return None
-    generator = get_engine().generator
-    return generator.breaker.state() if hasattr(generator, "breaker") else None
-
-
-def make_generator():
+def make_generator() -> Generator:
     """Return the configured generator: the chat model behind a breaker, or extractive answers."""
     config = settings.RAG_ENGINE
     if not config["GENERATION_BASE_URL"]:

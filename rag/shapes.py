@@ -1,9 +1,17 @@
-"""Plain-dict shapes of engine results, shared by the CLI, the JSON API and the MCP tools."""
+"""Plain-dict shapes of question outcomes, shared by the CLI, the JSON API and the MCP tools."""
 
 from __future__ import annotations
 
-from rag.engine.generate import Citation
-from rag.engine.types import Hit, SearchResult
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rag.engine.types import Citation, Hit
+    from rag.services.questions import AnswerOutcome, SearchOutcome
+
+
+def heading_path_text(path: tuple[str, ...]) -> str:
+    """The heading path under the page title, as shown with a chunk ("属性 > .fov")."""
+    return " > ".join(path[1:]) if len(path) > 1 else path[0] if path else ""
 
 
 def hit_as_dict(hit: Hit, *, kb: str, version: str) -> dict:
@@ -15,7 +23,7 @@ def hit_as_dict(hit: Hit, *, kb: str, version: str) -> dict:
     return {
         "source": chunk.source,
         "title": chunk.title,
-        "heading_path": " > ".join(path[1:]) if len(path) > 1 else path[0] if path else "",
+        "heading_path": heading_path_text(path),
         "chunk_index": chunk.chunk_index,
         "score": round(hit.score, 6),
         "raw_score": round(hit.raw_score, 6),
@@ -27,24 +35,25 @@ def hit_as_dict(hit: Hit, *, kb: str, version: str) -> dict:
     }
 
 
-def search_as_dict(result: SearchResult, *, kb: str, question: str, top_k: int | None) -> dict:
+def search_as_dict(outcome: SearchOutcome | AnswerOutcome, *, top_k: int | None) -> dict:
+    result = outcome.result
     return {
-        "question": question,
+        "question": outcome.question,
         "mode": result.mode,
         "top_k": top_k if top_k is not None else 5,
-        "kb": kb,
-        "version": result.version,
-        "results": [hit_as_dict(h, kb=kb, version=result.version) for h in result.hits],
+        "kb": outcome.kb,
+        "version": outcome.version,
+        "results": [hit_as_dict(h, kb=outcome.kb, version=outcome.version) for h in result.hits],
         "plan": result.plan.as_dict(),
         "excluded": list(result.excluded),
         "timings_ms": result.timings_ms,
     }
 
 
-def context_text(result: SearchResult) -> str:
+def context_text(outcome: SearchOutcome) -> str:
     """Number the evidence the way seed 000's `context` does: source, file, title, heading path, text."""
     blocks = []
-    for n, hit in enumerate(result.hits, start=1):
+    for n, hit in enumerate(outcome.result.hits, start=1):
         chunk = hit.chunk
         heading = " > ".join(chunk.heading_path[1:]) or chunk.title
         blocks.append(
@@ -54,15 +63,25 @@ def context_text(result: SearchResult) -> str:
     return "\n\n".join(blocks)
 
 
-def sources_of(result: SearchResult) -> list[str]:
-    return list(dict.fromkeys(h.chunk.source for h in result.hits))
+def sources_of(outcome: SearchOutcome | AnswerOutcome) -> list[str]:
+    return list(dict.fromkeys(h.chunk.source for h in outcome.result.hits))
 
 
 def citation_as_dict(citation: Citation) -> dict:
-    path = citation.heading_path
     return {
         "number": citation.number,
         "chunk_id": citation.chunk_id,
         "source": citation.source,
-        "heading_path": " > ".join(path[1:]) if len(path) > 1 else path[0] if path else "",
+        "heading_path": heading_path_text(citation.heading_path),
     }
+
+
+def cited_chunks(outcome: AnswerOutcome) -> list[dict]:
+    """Each citation with the chunk it points to: class, member and text (the evidence the answer used)."""
+    hits = {h.chunk.chunk_id: h for h in outcome.result.hits}
+    cited = []
+    for citation in outcome.answer.citations:
+        hit = hits.get(citation.chunk_id)
+        cited.append({**citation_as_dict(citation), "class_name": hit.chunk.class_name if hit else "",
+                      "member": hit.chunk.member if hit else "", "text": hit.chunk.text if hit else ""})
+    return cited

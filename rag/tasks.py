@@ -1,7 +1,7 @@
 from celery import shared_task
 
 from rag.models import KnowledgeBase
-from rag.services import index_build
+from rag.services.knowledge import index_build
 
 
 @shared_task(acks_late=True, soft_time_limit=3 * 3600, time_limit=3 * 3600 + 60)

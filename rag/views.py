@@ -5,8 +5,8 @@ from django.shortcuts import render
 from django.views.decorators.csrf import ensure_csrf_cookie
 
 from rag.errors import ServiceError
-from rag.models import KnowledgeBase
-from rag.services import search
+from rag.models import Channel, KnowledgeBase
+from rag.services.questions import QuestionRequest, question_search
 from rag.shapes import search_as_dict
 
 
@@ -21,7 +21,8 @@ def home(request):
     context = {"knowledge_bases": knowledge_bases, "question": question, "kb": kb}
     if question:
         try:
-            context["result"] = search_as_dict(search(kb=kb, question=question), kb=kb, question=question, top_k=None)
+            outcome = question_search(QuestionRequest(question=question, kb=kb, channel=Channel.WEB))
+            context["result"] = search_as_dict(outcome, top_k=None)
         except ServiceError as exc:
             context["error"] = exc
     return render(request, "home.html", context)

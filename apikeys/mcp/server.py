@@ -19,9 +19,9 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 from pydantic.fields import FieldInfo
 
-from apikeys.mcp.service import MAX_EXCLUDE, Caller, mcp_ask, mcp_search, tool_names
+from apikeys.mcp.service import Caller, mcp_ask, mcp_search, tool_names
 from rag.errors import ServiceError
-from rag.services import MAX_QUESTION_CHARS, MAX_TOP_K
+from rag.services.questions import MAX_EXCLUDE, MAX_QUESTION_CHARS, MAX_TOP_K
 
 SLUG_PATTERN = re.compile(r"[a-z0-9][a-z0-9_]{0,31}")
 SCOPE_CALLER = "rag.mcp.caller"  # the HTTP gate puts the authenticated Caller in the ASGI scope under this key

@@ -6,7 +6,7 @@ import pytest
 from django.core.cache import cache
 
 from assistant.models import Feedback, TokenPool
-from assistant.services import token_pool_spend, token_pool_today
+from assistant.services import WebTokenPool, token_pool_today
 from rag.errors import ServiceError
 from rag.models import RequestRecord
 from rag.pipeline import reset_engine
@@ -60,15 +60,27 @@ def test_chat_without_a_model_answers_extractively_with_citations(client, kb):
 
 
 @pytest.mark.parametrize("payload", [
-    {"question": ""}, {"question": "   "}, {"question": "x" * 2001}, {"question": 42}, {"question": ["a"]},
-    {"question": "fov", "top_k": True}, {"question": "fov", "top_k": "3"}, {"question": "fov", "top_k": 0},
-    {"question": "fov", "exclude": "abc"}, {},
+    {"question": 42}, {"question": ["a"]}, {"question": "fov", "top_k": True}, {"question": "fov", "top_k": "3"},
+    {"question": "fov", "exclude": "abc"}, {"question": "fov", "kb": 7}, {},
 ])
-def test_bad_input_is_a_400_with_a_stable_code_and_records_nothing(client, kb, payload):
+def test_a_body_of_the_wrong_shape_is_a_400_and_is_not_a_question(client, kb, payload):
     response = post(client, "/api/search", payload)
 
     assert (response.status_code, response.json()["code"]) == (400, "invalid_request")
     assert RequestRecord.objects.count() == 0
+
+
+@pytest.mark.parametrize("payload, code", [
+    ({"question": ""}, "invalid_question"), ({"question": "   "}, "invalid_question"),
+    ({"question": "x" * 2001}, "question_too_long"), ({"question": "fov", "top_k": 0}, "invalid_top_k"),
+    ({"question": "fov", "top_k": 51}, "invalid_top_k"), ({"question": "fov", "exclude": [""]}, "invalid_exclude"),
+])
+def test_a_question_with_bad_values_is_a_400_with_the_service_code_and_a_failure_record(client, kb, payload, code):
+    response = post(client, "/api/search", payload)
+
+    assert (response.status_code, response.json()["code"]) == (400, code)
+    record = RequestRecord.objects.get()
+    assert (record.channel, record.error_code, record.outcome) == ("web", code, "failed")
 
 
 def test_an_unknown_knowledge_base_is_a_404(client, kb):
@@ -117,7 +129,7 @@ def test_a_failing_model_opens_the_breaker_and_answers_degraded_with_evidence(cl
 
     assert len(with_model.calls) == 2
     assert (third["degraded"], third["reason"]) == (True, "circuit_open") and third["citations"]
-    from rag.pipeline import breaker_state
+    from rag.services.generation import breaker_state
 
     state = breaker_state()
     assert state["state"] == "open" and [f["kind"] for f in state["last_failures"]] == ["http", "http"]
@@ -140,9 +152,10 @@ def test_answers_in_flight_cannot_overspend_the_pool(settings, db):
     settings.RAG_WEB_TOKEN_POOL = 10_000
     settings.RAG_WEB_TOKEN_ESTIMATE = 4_000
 
-    with token_pool_spend() as first, token_pool_spend() as second:
+    pool = WebTokenPool()
+    with pool.reserve() as first, pool.reserve() as second:
         with pytest.raises(ServiceError) as raised:
-            with token_pool_spend():
+            with pool.reserve():
                 pass
         first.settle(1_000)
         second.settle(2_500)

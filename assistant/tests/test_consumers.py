@@ -84,7 +84,7 @@ async def test_bad_input_gets_an_error_frame_and_the_socket_stays_open(kb):
     events = await collect(communicator)
     await communicator.disconnect()
 
-    assert (error["type"], error["code"]) == ("error", "invalid_request")
+    assert (error["type"], error["code"]) == ("error", "invalid_question")
     assert events[-1]["type"] == "final"
 
 

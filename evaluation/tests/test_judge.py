@@ -14,7 +14,7 @@ import pytest
 from conftest import JsonHandler, serve_on_loopback
 from evaluation import judge as judge_module
 from evaluation.judge import Judge, JudgeError, cache_key
-from rag.engine.generate import ChatClient
+from rag.services.generation import ChatClient
 
 QUESTION = "What is the default far plane of PerspectiveCamera?"
 ANSWER = "PerspectiveCamera.far defaults to 2000 [1]."

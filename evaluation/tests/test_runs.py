@@ -169,9 +169,9 @@ def test_a_gated_reindex_that_passes_goes_live(kb, corpus_copy):
     outcome = index_build_gated(kb)
 
     kb.refresh_from_db()
-    assert outcome["activated"] and outcome["runs"][0].verdict == "pass"
-    assert outcome["runs"][0].candidate is True
-    assert kb.active_version.name == outcome["version"].name != before
+    assert outcome.activated and outcome.runs[0]["verdict"] == "pass"
+    assert EvalRun.objects.get(pk=outcome.runs[0]["id"]).candidate is True
+    assert kb.active_version.name == outcome.version.name != before
 
 
 def test_a_gated_reindex_that_fails_keeps_the_previous_version(kb, corpus_copy):
@@ -181,9 +181,9 @@ def test_a_gated_reindex_that_fails_keeps_the_previous_version(kb, corpus_copy):
     outcome = index_build_gated(kb)
 
     kb.refresh_from_db()
-    assert not outcome["activated"] and kb.active_version.name == before
-    assert "class_hit" in [g["metric"] for g in outcome["failed_gates"]]
-    assert outcome["version"].status == "ready" and "not activated" in outcome["version"].error
+    assert not outcome.activated and kb.active_version.name == before
+    assert "class_hit" in [g["metric"] for g in outcome.failed_gates]
+    assert outcome.version.status == "ready" and "not activated" in outcome.version.error
 
 
 def test_a_thumbs_down_becomes_a_draft_and_then_a_question_of_a_new_version(kb, retrieval_set, client):

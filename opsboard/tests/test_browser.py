@@ -16,7 +16,9 @@ from apikeys.services import api_key_issue
 from assistant.models import Feedback
 from assistant.tests.test_browser import browser  # noqa: F401  (the fixture: Debian's chromium via Playwright)
 from opsboard.services import daily_report_build
-from rag.services import answer_question, new_request_id, request_record_write, search
+from rag.errors import ServiceError
+from rag.models import Channel, RequestRecord
+from rag.services.questions import Caller, QuestionRequest, question_answer, question_refused, question_search
 from rag.tests.conftest import make_built_kb
 from rag.tests.live import daphne
 
@@ -37,25 +39,27 @@ def make_ops_user(username: str = "opsreader"):
 
 def make_records(user) -> dict:
     """A web chat with a thumbs-down, an MCP search with a key, a failure, and two questions carrying markup."""
-    chat_question = "PerspectiveCamera 的 fov 默认值是多少？"
-    outcome = answer_question(kb="sdk", question=chat_question)
-    chat = request_record_write(channel="web", kind="chat", request_id=new_request_id(), kb="sdk",
-                                question=chat_question, result=outcome.search, answer=outcome.answer, latency_ms=84.2)
+    def record(request_id: str) -> RequestRecord:
+        return RequestRecord.objects.get(request_id=request_id)
+
+    def refused(question: str, kind: str, code: str) -> RequestRecord:
+        question_refused(QuestionRequest(question=question, kb="sdk", channel=Channel.WEB), kind=kind,
+                         error=ServiceError(code, "failed"))
+        return RequestRecord.objects.latest("id")
+
+    chat = record(question_answer(QuestionRequest(question="PerspectiveCamera 的 fov 默认值是多少？", kb="sdk",
+                                                  channel=Channel.WEB)).request_id)
     Feedback.objects.create(request=chat, reason="wrong default")
     key, _ = api_key_issue(owner=user, name="IDE plugin")
-    mcp = request_record_write(
-        channel="mcp", kind="search", request_id=new_request_id(), kb="sdk", question="Fog near far",
-        result=search(kb="sdk", question="Fog near far"), latency_ms=31.0,
-        caller={"api_key_prefix": key.prefix, "tool": "search_sdk_docs", "arguments": {"question": "Fog near far"},
-                "session_id": "s-1", "transport": "http"})
-    failed = request_record_write(channel="web", kind="chat", request_id=new_request_id(), kb="sdk",
-                                  question="WebGLRenderer 怎么设置像素比？", error_code="generation_unavailable",
-                                  latency_ms=5012.0)
-    img = request_record_write(channel="web", kind="search", request_id=new_request_id(), kb="sdk", question=XSS_IMG,
-                               error_code="internal_error", latency_ms=12.0)
-    script = request_record_write(channel="mcp", kind="search", request_id=new_request_id(), kb="sdk",
-                                  question=XSS_SCRIPT, result=search(kb="sdk", question=XSS_SCRIPT), latency_ms=9.0,
-                                  caller={"api_key_prefix": key.prefix, "tool": "search_sdk_docs"})
+    mcp = record(question_search(QuestionRequest(
+        question="Fog near far", kb="sdk", channel=Channel.MCP,
+        caller=Caller(key_prefix=key.prefix, tool="search_sdk_docs", arguments={"question": "Fog near far"},
+                      session_id="s-1", transport="http"))).request_id)
+    failed = refused("WebGLRenderer 怎么设置像素比？", "chat", "generation_unavailable")
+    img = refused(XSS_IMG, "search", "internal_error")
+    script = record(question_search(QuestionRequest(
+        question=XSS_SCRIPT, kb="sdk", channel=Channel.MCP,
+        caller=Caller(key_prefix=key.prefix, tool="search_sdk_docs"))).request_id)
     return {"chat": chat, "mcp": mcp, "failed": failed, "img": img, "script": script}
 
 

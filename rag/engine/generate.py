@@ -1,21 +1,20 @@
 """Generation (E8, E9): numbered evidence in, a cited answer out.
 
-`LlmGenerator` calls an OpenAI-compatible chat-completions endpoint (streaming or not) through a circuit
-breaker; `ExtractiveGenerator` builds a cited answer from the evidence alone when no model is configured
-or the breaker is open. Both have the same `run()`. Citations of either are checked against this
-request's evidence before the answer leaves the engine.
+Two `Generator`s with the same `run()` and `stream()`: `LlmGenerator` asks an OpenAI-compatible chat model
+(`llm.ChatClient`) through a circuit breaker (`breaker.CircuitBreaker`); `ExtractiveGenerator` builds a
+cited answer from the evidence alone when no model is configured or the breaker is open. Citations of
+either are checked against this request's evidence before the answer leaves the engine.
 """
 
 from __future__ import annotations
 
-import json
 import re
-import threading
-import time
 from dataclasses import dataclass, field, replace
 from typing import Iterator, Protocol
 
-from .types import Hit, Plan
+from .breaker import CircuitBreaker
+from .llm import ChatClient, GenerationError
+from .types import Answer, Citation, Hit, Plan, Token, Usage
 
 CITATION_RE = re.compile(r"\[(\d{1,3})\]")
 SENTENCE_RE = re.compile(r"(?<=[。！？!?；;])|(?<=\.)\s+")
@@ -26,47 +25,16 @@ CHITCHAT_REPLY = ("我是文档助手，只回答这套 SDK 文档里的问题�
 INSUFFICIENT = "资料不足：文档中没有找到能回答这个问题的内容。 / Not enough material: the documentation has nothing that answers this."
 
 
-class GenerationError(Exception):
-    """The model could not give a usable answer: timeout, HTTP error or malformed output."""
+class Generator(Protocol):
+    """Write a cited answer from numbered evidence, whole (`run`) or as it is written (`stream`)."""
 
-    def __init__(self, kind: str, message: str):
-        super().__init__(message)
-        self.kind = kind  # "timeout", "http", "connection", "malformed"
+    uses_model: bool  # True when answers cost model tokens (a token pool is charged only then)
 
+    def run(self, question: str, plan: Plan, hits: list[Hit]) -> Answer: ...
 
-@dataclass(frozen=True, slots=True)
-class Usage:
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-
-    @property
-    def total_tokens(self) -> int:
-        return self.prompt_tokens + self.completion_tokens
-
-    def as_dict(self) -> dict:
-        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
-                "total_tokens": self.total_tokens}
-
-
-@dataclass(frozen=True, slots=True)
-class Citation:
-    number: int  # the evidence number the answer used, from 1
-    chunk_id: str
-    source: str
-    heading_path: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Answer:
-    text: str
-    citations: tuple[Citation, ...]
-    confidence: str  # "high", "medium", "low" or "none"
-    mode: str  # "llm", "extractive", "chitchat" or "empty"
-    degraded: bool = False
-    reason: str = ""  # why the answer is empty, insufficient or degraded
-    usage: Usage = field(default_factory=Usage)
-    invalid_citations: tuple[int, ...] = ()
-    model_called: bool = False
+    def stream(self, question: str, plan: Plan, hits: list[Hit]) -> Iterator[Token | Answer]:
+        """Yield `Token`s as the answer is written, then the checked `Answer` last."""
+        ...
 
 
 # -- prompt and citation check ------------------------------------------------------------------------
@@ -134,192 +102,6 @@ def finish(answer_text: str, hits: list[Hit], confidence: str, **fields) -> Answ
     return Answer(text=text.strip(), citations=citations, confidence=confidence, invalid_citations=invalid, **fields)
 
 
-# -- the OpenAI-compatible client ---------------------------------------------------------------------
-
-
-@dataclass
-class ChatClient:
-    """A client for any OpenAI-compatible `/chat/completions` endpoint (DeepSeek, DashScope, vLLM, llama.cpp)."""
-
-    base_url: str
-    model: str
-    api_key: str = field(default="", repr=False)
-    timeout: tuple[float, float] = (5.0, 60.0)  # connect, read (between streamed chunks)
-    temperature: float = 0.2
-    max_tokens: int = 1024
-    seed: int | None = None  # for repeatable output where the provider takes one (the judge)
-
-    def _request(self, messages: list[dict], *, stream: bool):
-        import requests
-
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        payload = {"model": self.model, "messages": messages, "temperature": self.temperature,
-                   "max_tokens": self.max_tokens, "stream": stream}
-        if stream:
-            payload["stream_options"] = {"include_usage": True}
-        if self.seed is not None:
-            payload["seed"] = self.seed
-        try:
-            response = requests.post(self.base_url.rstrip("/") + "/chat/completions", json=payload,
-                                     headers=headers, timeout=self.timeout, stream=stream)
-        except requests.Timeout as exc:
-            raise GenerationError("timeout", "the generation model did not answer in time") from exc
-        except requests.RequestException as exc:
-            raise GenerationError("connection", f"cannot reach the generation model ({type(exc).__name__})") from exc
-        if response.status_code != 200:
-            response.close()
-            raise GenerationError("http", f"the generation model answered HTTP {response.status_code}")
-        return response
-
-    def complete(self, messages: list[dict]) -> tuple[str, Usage]:
-        """Return the whole answer and its token usage."""
-        import requests
-
-        response = self._request(messages, stream=False)
-        try:
-            body = response.json()
-            text = body["choices"][0]["message"]["content"]
-            usage = body.get("usage") or {}
-        except (ValueError, KeyError, IndexError, TypeError) as exc:
-            raise GenerationError("malformed", "the generation model returned a malformed body") from exc
-        except requests.RequestException as exc:
-            raise GenerationError("timeout", "the generation model stopped mid-answer") from exc
-        if not isinstance(text, str):
-            raise GenerationError("malformed", "the generation model returned no text")
-        return text, Usage(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0))
-
-    def stream(self, messages: list[dict], usage_out: list | None = None) -> Iterator[str]:
-        """Yield text deltas as the model writes them (server-sent events); append the Usage to usage_out.
-
-        Closing the generator (a client that went away) closes the HTTP response, which stops the model.
-        """
-        import requests
-
-        response = self._request(messages, stream=True)
-        usage = Usage()
-        received = False
-        try:
-            for raw in _lines_as_they_arrive(response.raw):
-                if not raw or raw.startswith(":"):
-                    continue
-                if not raw.startswith("data:"):
-                    continue
-                data = raw[5:].strip()
-                if data == "[DONE]":
-                    break
-                try:
-                    event = json.loads(data)
-                except ValueError as exc:
-                    raise GenerationError("malformed", "the generation model sent a malformed event") from exc
-                if event.get("usage"):
-                    usage = Usage(int(event["usage"].get("prompt_tokens") or 0),
-                                  int(event["usage"].get("completion_tokens") or 0))
-                for choice in event.get("choices") or []:
-                    delta = (choice.get("delta") or {}).get("content")
-                    if delta:
-                        received = True
-                        yield delta
-        except requests.RequestException as exc:
-            raise GenerationError("timeout", "the generation model stopped mid-answer") from exc
-        finally:
-            response.close()
-        if not received:
-            raise GenerationError("malformed", "the generation model streamed no text")
-        if usage_out is not None:
-            usage_out.append(usage)
-
-
-def _lines_as_they_arrive(raw) -> Iterator[str]:
-    """Yield lines of a streamed body as soon as each arrives: `iter_lines` waits for a whole 512-byte
-    block, which delays tokens and leaves a reader that hung up waiting for the model."""
-    buffer = b""
-    while True:
-        chunk = raw.read1(8192)
-        if not chunk:
-            break
-        buffer += chunk
-        while b"\n" in buffer:
-            line, buffer = buffer.split(b"\n", 1)
-            yield line.rstrip(b"\r").decode("utf-8", "replace")
-    if buffer:
-        yield buffer.decode("utf-8", "replace")
-
-
-# -- circuit breaker -----------------------------------------------------------------------------------
-
-
-class BreakerStore(Protocol):
-    """Where the breaker keeps its state; the Django app shares it across processes through its cache."""
-
-    def load(self) -> dict: ...
-
-    def save(self, state: dict) -> None: ...
-
-
-@dataclass
-class MemoryBreakerStore:
-    state: dict = field(default_factory=dict)
-
-    def load(self) -> dict:
-        return dict(self.state)
-
-    def save(self, state: dict) -> None:
-        self.state = dict(state)
-
-
-@dataclass
-class CircuitBreaker:
-    """Closed → open after `threshold` consecutive failures → half-open after `cooldown` s (one trial).
-
-    A trial that succeeds closes the breaker; one that fails opens it again for another cool-down.
-    """
-
-    store: BreakerStore = field(default_factory=MemoryBreakerStore)
-    threshold: int = 3
-    cooldown: float = 30.0
-    clock: object = time.time
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    def state(self) -> dict:
-        """Return {state, failures, opened_at, last_failures} with `state` one of closed, open, half_open."""
-        data = {"state": "closed", "failures": 0, "opened_at": None, "last_failures": [], **self.store.load()}
-        if data["state"] == "open" and self.clock() - (data["opened_at"] or 0) >= self.cooldown:
-            data["state"] = "half_open"
-        return data
-
-    def allow(self) -> bool:
-        """May a call go out now? In half-open only one trial does, until it reports back."""
-        with self._lock:
-            data = self.state()
-            if data["state"] == "closed":
-                return True
-            if data["state"] == "half_open" and not data.get("trial"):
-                data["trial"] = True
-                self.store.save({**data, "state": "open"})  # stays open for everyone else until the trial ends
-                return True
-            return False
-
-    def record_success(self) -> None:
-        with self._lock:
-            data = self.state()
-            self.store.save({"state": "closed", "failures": 0, "opened_at": None,
-                             "last_failures": data["last_failures"][-5:]})
-
-    def record_failure(self, kind: str) -> None:
-        with self._lock:
-            data = self.state()
-            failures = data["failures"] + 1
-            last = (data["last_failures"] + [{"at": self.clock(), "kind": kind}])[-5:]
-            if data.get("trial") or failures >= self.threshold:
-                self.store.save({"state": "open", "failures": failures, "opened_at": self.clock(),
-                                 "last_failures": last, "trial": False,
-                                 "openings": data.get("openings", 0) + 1})
-            else:
-                self.store.save({**data, "state": "closed", "failures": failures, "last_failures": last})
-
-
 # -- generators ----------------------------------------------------------------------------------------
 
 
@@ -330,6 +112,12 @@ class ExtractiveGenerator:
 
     max_chunks: int = 3
     max_sentences: int = 2
+    uses_model: bool = field(default=False, init=False)
+
+    def stream(self, question: str, plan: Plan, hits: list[Hit]) -> Iterator[Token | Answer]:
+        answer = self.run(question, plan, hits)
+        yield Token(answer.text)
+        yield answer
 
     def run(self, question: str, plan: Plan, hits: list[Hit], *, note: str = "") -> Answer:
         from .text import tokenize
@@ -371,6 +159,7 @@ class LlmGenerator:
     client: ChatClient
     breaker: CircuitBreaker
     fallback: ExtractiveGenerator = field(default_factory=ExtractiveGenerator)
+    uses_model: bool = field(default=True, init=False)
 
     def unavailable(self, question: str, plan: Plan, hits: list[Hit], reason: str) -> Answer:
         note = "生成模型暂不可用，以下是检索到的文档片段。 / The generation model is temporarily unavailable; here is the evidence found."
@@ -388,14 +177,14 @@ class LlmGenerator:
         self.breaker.record_success()
         return finish(text, hits, evidence_confidence(plan, hits), mode="llm", usage=usage, model_called=True)
 
-    def stream(self, question: str, plan: Plan, hits: list[Hit]) -> Iterator[tuple[str, object]]:
-        """Yield ("token", text) as the model writes, then ("final", Answer).
+    def stream(self, question: str, plan: Plan, hits: list[Hit]) -> Iterator[Token | Answer]:
+        """Yield a `Token` per piece the model writes, then the `Answer`.
 
         A failure mid-answer ends with the degraded evidence answer instead; closing this generator
         (the reader went away) closes the model's HTTP stream.
         """
         if not self.breaker.allow():
-            yield "final", self.unavailable(question, plan, hits, "circuit_open")
+            yield self.unavailable(question, plan, hits, "circuit_open")
             return
         pieces: list[str] = []
         usage: list[Usage] = []
@@ -403,16 +192,16 @@ class LlmGenerator:
         try:
             for delta in deltas:
                 pieces.append(delta)
-                yield "token", delta
+                yield Token(delta)
         except GenerationError as exc:
             self.breaker.record_failure(exc.kind)
-            yield "final", self.unavailable(question, plan, hits, f"generation_{exc.kind}")
+            yield self.unavailable(question, plan, hits, f"generation_{exc.kind}")
             return
         finally:
             deltas.close()  # a reader that left closes this generator: hang up on the model now
         self.breaker.record_success()
-        yield "final", finish("".join(pieces), hits, evidence_confidence(plan, hits), mode="llm",
-                              usage=usage[0] if usage else Usage(), model_called=True)
+        yield finish("".join(pieces), hits, evidence_confidence(plan, hits), mode="llm",
+                     usage=usage[0] if usage else Usage(), model_called=True)
 
 
 def answer_without_model(plan: Plan, hits: list[Hit], *, excluded_all: bool = False,

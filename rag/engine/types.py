@@ -108,3 +108,47 @@ class SearchResult:
     mode: str = "hybrid"
     version: str = ""
     weak_evidence: bool = False  # nothing found is closer to the question than small talk is to the corpus
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Tokens a model call cost, as the provider reported them."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def as_dict(self) -> dict:
+        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+                "total_tokens": self.total_tokens}
+
+
+@dataclass(frozen=True, slots=True)
+class Citation:
+    number: int  # the evidence number the answer used, from 1
+    chunk_id: str
+    source: str
+    heading_path: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    text: str
+    citations: tuple[Citation, ...]
+    confidence: str  # "high", "medium", "low" or "none"
+    mode: str  # "llm", "extractive", "chitchat" or "empty"
+    degraded: bool = False
+    reason: str = ""  # why the answer is empty, insufficient or degraded
+    usage: Usage = field(default_factory=Usage)
+    invalid_citations: tuple[int, ...] = ()
+    model_called: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Token:
+    """A piece of an answer as it is written."""
+
+    text: str

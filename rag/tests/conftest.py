@@ -13,13 +13,13 @@ from rag.pipeline import get_engine, reset_engine
 
 
 def make_kb(source_dir, slug: str = "sdk"):
-    from rag.services import kb_ensure
+    from rag.services.knowledge import kb_ensure
 
     return kb_ensure(slug=slug, source_dir=str(source_dir))
 
 
 def make_built_kb(source_dir, slug: str = "sdk"):
-    from rag.services import index_build
+    from rag.services.knowledge import index_build
 
     kb = make_kb(source_dir, slug=slug)
     index_build(kb)

@@ -4,17 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from rag.engine.generate import (
-    ChatClient,
-    CircuitBreaker,
-    ExtractiveGenerator,
-    GenerationError,
-    LlmGenerator,
-    answer_without_model,
-    build_messages,
-    check_citations,
-)
-from rag.engine.types import Chunk, Hit, Plan
+from rag.engine.breaker import CircuitBreaker
+from rag.engine.generate import ExtractiveGenerator, LlmGenerator, answer_without_model, build_messages, check_citations
+from rag.engine.llm import ChatClient, GenerationError
+from rag.engine.types import Answer, Chunk, Hit, Plan, Token
 
 
 def make_hit(member: str, text: str, class_name: str = "PerspectiveCamera") -> Hit:
@@ -146,10 +139,10 @@ def test_a_streamed_answer_arrives_in_pieces_then_final(llm_server):
 
     events = list(make_generator(llm_server).stream("far?", PLAN, HITS))
 
-    tokens = [value for kind, value in events if kind == "token"]
-    final = events[-1][1]
+    tokens = [event.text for event in events if isinstance(event, Token)]
+    final = events[-1]
     assert len(tokens) > 3 and "".join(tokens) == "The far plane is 2000 [1] by default."
-    assert events[-1][0] == "final" and final.mode == "llm" and final.usage.prompt_tokens == 120
+    assert isinstance(final, Answer) and final.mode == "llm" and final.usage.prompt_tokens == 120
 
 
 def test_a_stream_without_data_counts_as_a_failure(llm_server):
@@ -158,7 +151,7 @@ def test_a_stream_without_data_counts_as_a_failure(llm_server):
 
     events = list(generator.stream("far?", PLAN, HITS))
 
-    assert events == [("final", events[0][1])] and events[0][1].degraded
+    assert len(events) == 1 and isinstance(events[0], Answer) and events[0].degraded
     assert generator.breaker.state()["failures"] == 1
 
 

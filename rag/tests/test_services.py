@@ -1,4 +1,4 @@
-"""Knowledge base services: ingest, build, activate and prune versions, search and its validation."""
+"""Knowledge base services: ingest, build, activate and prune versions (searches read the active one)."""
 
 from __future__ import annotations
 
@@ -7,21 +7,25 @@ import pytest
 from rag.engine.ingest import read_folder
 from rag.errors import ServiceError
 from rag.models import ClassAlias, Document, IndexVersion, KnowledgeBase
-from rag.services import (
-    MAX_QUESTION_CHARS,
+from rag.models import Channel
+from rag.services.knowledge import (
     index_activate,
     index_build,
     index_prune,
     index_unchanged_version,
     kb_ensure,
     kb_sync_documents,
-    search,
 )
+from rag.services.questions import QuestionRequest, question_search
 from rag.tests.conftest import make_kb
 
 pytestmark = pytest.mark.django_db
 
 Status = IndexVersion.Status
+
+
+def search(**fields):
+    return question_search(QuestionRequest(channel=Channel.CLI, **fields)).result
 
 
 def document_rows(kb) -> dict:
@@ -244,74 +248,3 @@ def test_kb_ensure_refuses_bad_input(tmp_path, slug, source, code):
 
     assert raised.value.code == code
     assert row_counts() == (0, 0, 0, 0)
-
-
-# -- searching ---------------------------------------------------------------------------------------
-
-
-def test_search_answers_from_the_active_version(built_kb):
-    result = search(kb="sdk", question="PerspectiveCamera 的 fov 默认是多少")
-
-    assert result.version == built_kb.active_version.name
-    assert result.hits[0].chunk.class_name == "PerspectiveCamera"
-
-
-def test_search_can_name_a_ready_version(built_kb):
-    old = built_kb.active_version
-    index_build(built_kb)
-
-    result = search(kb="sdk", question="Fog 的颜色", version=old.name)
-
-    assert result.version == old.name
-
-
-def test_search_uses_the_editable_alias_table(built_kb):
-    ClassAlias.objects.create(kb=built_kb, alias="相机", class_name="PerspectiveCamera")
-    ClassAlias.objects.create(kb=None, alias="控制器", class_name="OrbitControls")
-
-    result = search(kb="sdk", question="相机和控制器怎么配合")
-
-    assert set(result.plan.hinted_classes) == {"PerspectiveCamera", "OrbitControls"}
-
-
-@pytest.mark.parametrize(
-    "changes, code",
-    [
-        ({"question": ""}, "invalid_question"),
-        ({"question": "   "}, "invalid_question"),
-        ({"question": None}, "invalid_question"),
-        ({"question": "雾" * (MAX_QUESTION_CHARS + 1)}, "question_too_long"),
-        ({"mode": "fuzzy"}, "invalid_mode"),
-        ({"top_k": 0}, "invalid_top_k"),
-        ({"top_k": 51}, "invalid_top_k"),
-        ({"top_k": True}, "invalid_top_k"),
-        ({"top_k": "5"}, "invalid_top_k"),
-        ({"kb": "nope"}, "kb_not_found"),
-        ({"version": "nope"}, "version_not_found"),
-    ],
-)
-def test_search_validation_errors_have_stable_codes_and_create_nothing(built_kb, changes, code):
-    before = row_counts()
-
-    with pytest.raises(ServiceError) as raised:
-        search(**{"kb": "sdk", "question": "Fog 的颜色", **changes})
-
-    assert raised.value.code == code
-    assert row_counts() == before
-
-
-@pytest.mark.parametrize(
-    "changes", [{"question": ""}, {"question": "雾" * (MAX_QUESTION_CHARS + 1)}, {"mode": "fuzzy"}, {"top_k": 0}]
-)
-def test_search_validates_its_input_before_touching_the_database(django_assert_num_queries, changes):
-    with django_assert_num_queries(0), pytest.raises(ServiceError):
-        search(**{"kb": "sdk", "question": "Fog 的颜色", **changes})
-
-
-def test_search_of_a_knowledge_base_without_an_index_is_refused(corpus_copy):
-    make_kb(corpus_copy)
-
-    with pytest.raises(ServiceError) as raised:
-        search(kb="sdk", question="Fog 的颜色")
-
-    assert (raised.value.code, raised.value.status) == ("no_active_version", 409)

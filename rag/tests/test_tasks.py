@@ -74,7 +74,8 @@ def celery_on_redis():
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_worker_on_redis_builds_and_activates_a_version(celery_on_redis, corpus_copy):
-    from rag.services import search
+    from rag.models import Channel
+    from rag.services.questions import QuestionRequest, question_search
     from rag.tasks import index_build_task
 
     kb = make_kb(corpus_copy)
@@ -89,6 +90,7 @@ def test_a_worker_on_redis_builds_and_activates_a_version(celery_on_redis, corpu
         time.sleep(0.5)
     assert kb.active_version is not None, "the worker did not activate a version in time"
     assert kb.active_version.status == "ready"
-    result = search(kb=kb.slug, question="PerspectiveCamera 的 fov 默认值")
+    result = question_search(QuestionRequest(question="PerspectiveCamera 的 fov 默认值", kb=kb.slug,
+                                             channel=Channel.CLI)).result
     assert result.version == kb.active_version.name
     assert result.hits and result.hits[0].chunk.class_name == "PerspectiveCamera"

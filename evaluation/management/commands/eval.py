@@ -19,7 +19,7 @@ from evaluation.services import (
 )
 from rag.errors import ServiceError
 from rag.models import KnowledgeBase
-from rag.services import index_build, index_unchanged_version, kb_ensure
+from rag.services.knowledge import index_build, index_unchanged_version, kb_ensure
 
 SET_FILES = {"retrieval": "retrieval.jsonl", "generation": "generation.jsonl"}
 

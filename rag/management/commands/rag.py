@@ -9,20 +9,18 @@ from pathlib import Path
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
+from django.db import DatabaseError
 
 from rag import live
 from rag.errors import ServiceError
-from rag.models import KnowledgeBase
-from rag.services import (
-    MAX_TOP_K,
-    answer_question,
-    index_build,
-    index_unchanged_version,
-    kb_ensure,
-    read_source,
-    search,
-)
+from rag.models import Channel, KnowledgeBase
+from rag.services.knowledge import index_build, index_unchanged_version, kb_ensure, read_source
+from rag.services.questions import MAX_TOP_K, QuestionRequest, question_answer, question_search
+from rag.services.release import index_build_gated
 from rag.shapes import citation_as_dict, context_text, search_as_dict, sources_of
+
+NOT_MIGRATED = ServiceError("database_not_migrated", "The database has no tables yet: run `python manage.py "
+                                                     "migrate` first (`make run` does it).")
 
 
 class Progress:
@@ -52,7 +50,10 @@ class Progress:
 
 
 class Command(BaseCommand):
-    help = "Search, read and reindex knowledge bases (status, search, context, read, reindex)."
+    help = "Search, read and reindex knowledge bases (status, search, context, read, reindex, ask)."
+    # Agents run one command per question: skip Django's system checks, which import every URL module
+    # (DRF, drf-spectacular, Daphne's server) and which this command's answers do not depend on.
+    requires_system_checks: list = []
 
     def add_arguments(self, parser):
         sub = parser.add_subparsers(dest="action", required=True)
@@ -67,6 +68,8 @@ class Command(BaseCommand):
                 if name != "ask":
                     p.add_argument("--mode", default="hybrid", choices=["hybrid", "vector", "bm25"])
                 p.add_argument("--exclude", action="append", default=[], help="a chunk id to leave out (repeatable)")
+                p.add_argument("--no-record", action="store_true",
+                               help="leave no request record (batch runs); every question is recorded by default")
             if name == "read":
                 p.add_argument("source", help="page path relative to the knowledge base")
             if name == "reindex":
@@ -86,6 +89,10 @@ class Command(BaseCommand):
             payload = getattr(self, f"_{action}")(kb, options)
         except ServiceError as exc:
             self._fail(exc.message, exc.code)
+        except DatabaseError as exc:
+            if not _migrated():
+                self._fail(NOT_MIGRATED.message, NOT_MIGRATED.code)
+            raise exc
         self._emit(action, payload)
 
     # -- output --------------------------------------------------------------------------------------
@@ -137,11 +144,14 @@ class Command(BaseCommand):
             "live": live.snapshot(),  # requests in flight per channel and open MCP sessions, over all processes
         }
 
+    def _request(self, kb: str, options, question: str) -> QuestionRequest:
+        return QuestionRequest(question=question, kb=kb, channel=Channel.CLI, top_k=options["top_k"],
+                               mode=options.get("mode", "hybrid"), exclude=options["exclude"],
+                               record=not options["no_record"])
+
     def _search(self, kb: str, options) -> dict:
-        question = options["question"]
-        result = search(kb=kb, question=question, mode=options["mode"], top_k=options["top_k"],
-                        exclude=options["exclude"])
-        return search_as_dict(result, kb=kb, question=question, top_k=options["top_k"])
+        outcome = question_search(self._request(kb, options, options["question"]))
+        return search_as_dict(outcome, top_k=options["top_k"])
 
     def _batch(self, kb: str, options) -> None:
         """Answer one question per stdin line with one JSON object per line, in order."""
@@ -150,50 +160,49 @@ class Command(BaseCommand):
             if not question.strip():
                 continue
             try:
-                result = search(kb=kb, question=question, mode=options["mode"], top_k=options["top_k"],
-                                exclude=options["exclude"])
-                payload = {"ok": True, "command": "search",
-                           **search_as_dict(result, kb=kb, question=question, top_k=options["top_k"])}
+                outcome = question_search(self._request(kb, options, question))
+                payload = {"ok": True, "command": "search", **search_as_dict(outcome, top_k=options["top_k"])}
             except ServiceError as exc:
                 payload = {"ok": False, "command": "search", "question": question, "error": exc.message,
                            "code": exc.code}
+            except DatabaseError:
+                if _migrated():
+                    raise
+                self._fail(NOT_MIGRATED.message, NOT_MIGRATED.code)
             self.stdout.write(json.dumps(payload, ensure_ascii=False))
             self.stdout.flush()
 
     def _context(self, kb: str, options) -> dict:
-        question = options["question"]
-        result = search(kb=kb, question=question, mode=options["mode"], top_k=options["top_k"],
-                        exclude=options["exclude"])
+        outcome = question_search(self._request(kb, options, options["question"]))
         return {
-            "question": question,
-            "mode": result.mode,
+            "question": outcome.question,
+            "mode": outcome.result.mode,
             "top_k": options["top_k"] or 5,
-            "context": context_text(result),
-            "sources": sources_of(result),
-            "kb": kb,
-            "version": result.version,
-            "plan": result.plan.as_dict(),
+            "context": context_text(outcome),
+            "sources": sources_of(outcome),
+            "kb": outcome.kb,
+            "version": outcome.version,
+            "plan": outcome.result.plan.as_dict(),
         }
 
     def _ask(self, kb: str, options) -> dict:
-        question = options["question"]
-        outcome = answer_question(kb=kb, question=question, exclude=options["exclude"], top_k=options["top_k"])
+        outcome = question_answer(self._request(kb, options, options["question"]))
         answer = outcome.answer
         return {
-            "question": question,
-            "mode": outcome.search.mode,
+            "question": outcome.question,
+            "mode": outcome.result.mode,
             "top_k": options["top_k"] or 5,
             "answer": answer.text,
-            "sources": list(dict.fromkeys(c.source for c in answer.citations)) or sources_of(outcome.search),
+            "sources": list(dict.fromkeys(c.source for c in answer.citations)) or sources_of(outcome),
             "citations": [citation_as_dict(c) for c in answer.citations],
             "confidence": answer.confidence,
             "degraded": answer.degraded,
             "answer_mode": answer.mode,
             "reason": answer.reason,
             "usage": answer.usage.as_dict(),
-            "kb": kb,
-            "version": outcome.search.version,
-            "plan": outcome.search.plan.as_dict(),
+            "kb": outcome.kb,
+            "version": outcome.version,
+            "plan": outcome.result.plan.as_dict(),
         }
 
     def _human_ask(self, p: dict) -> str:
@@ -218,7 +227,7 @@ class Command(BaseCommand):
         gate = None
         if version is None and options["gate"]:
             gate = self._gated_build(knowledge_base)
-            version = gate["version"]
+            version = gate.version
         elif version is None:
             version = index_build(knowledge_base, progress=Progress("embedding"))
         payload = {
@@ -232,12 +241,10 @@ class Command(BaseCommand):
             "unchanged": unchanged,
         }
         if gate is not None:
-            payload["activated"] = gate["activated"]
-            payload["gate"] = {"runs": [{"id": r.pk, "golden_set": str(r.golden_set), "verdict": r.verdict,
-                                         "report": r.report_path} for r in gate["runs"]],
-                               "failed_gates": gate["failed_gates"]}
-            if not gate["activated"]:
-                failed = ", ".join(f"{g['metric']} ({g['status']})" for g in gate["failed_gates"])
+            payload["activated"] = gate.activated
+            payload["gate"] = {"runs": gate.runs, "failed_gates": gate.failed_gates}
+            if not gate.activated:
+                failed = ", ".join(f"{g['metric']} ({g['status']})" for g in gate.failed_gates)
                 message = f"the gate failed ({failed}); version {version.name} was built but not activated"
                 if self.as_json:
                     self.stdout.write(json.dumps({"ok": False, "command": "reindex", "error": message,
@@ -246,10 +253,8 @@ class Command(BaseCommand):
                 raise CommandError(message + "\n" + self._human_gate(payload))
         return payload
 
-    def _gated_build(self, knowledge_base) -> dict:
-        # The release gate belongs to the evaluation app; this command is only its command-line entry.
-        from evaluation.services import index_build_gated
-
+    def _gated_build(self, knowledge_base):
+        # The release gate belongs to the evaluation app, which installs it; this is its command-line entry.
         def run_progress(done, total, item):
             if not self.as_json:
                 self.stderr.write(f"\rgate: {done}/{total} questions", ending="")
@@ -309,3 +314,11 @@ class Command(BaseCommand):
                 f"({p['chunks_embedded']} embedded, {p['chunks_reused']} reused) in {p['duration_seconds']:.1f} s")
 
 
+def _migrated() -> bool:
+    """Whether the database holds this app's tables (a fresh data directory that was never migrated does not)."""
+    from django.db import connection
+
+    try:
+        return KnowledgeBase._meta.db_table in connection.introspection.table_names()
+    except DatabaseError:
+        return False

@@ -1,32 +1,27 @@
-"""Writes and engine calls for knowledge bases: ingest, build and activate versions, search, read."""
+"""Knowledge bases and their index versions: ingest, build, validate, activate, prune; read a source page."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import secrets
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from rag.engine.chunk import chunk_documents
-from rag.engine.generate import Answer, answer_without_model
 from rag.engine.ingest import IngestError, read_folder
-from rag.engine.search import MODES
 from rag.engine.text import sha1
-from rag.engine.types import SearchResult, SourceDocument
+from rag.engine.types import SourceDocument
 from rag.errors import ServiceError
-from rag.models import ClassAlias, Document, IndexVersion, KnowledgeBase, RequestRecord
+from rag.models import ClassAlias, Document, IndexVersion, KnowledgeBase
 from rag.pipeline import get_engine
 
 log = logging.getLogger(__name__)
 
-MAX_QUESTION_CHARS = 2000
-MAX_TOP_K = 50
 STALE_BUILD_SECONDS = 600  # a build silent this long died with its process (it beats every few seconds)
 HEARTBEAT_SECONDS = 15
 
@@ -227,148 +222,12 @@ def index_prune(kb: KnowledgeBase, *, keep: int | None = None) -> list[str]:
 
 
 def aliases_for(kb: KnowledgeBase) -> dict[str, str]:
-    rows = ClassAlias.objects.filter(kb__isnull=True).values_list("alias", "class_name")
-    aliases = dict(rows)
-    aliases.update(ClassAlias.objects.filter(kb=kb).values_list("alias", "class_name"))
+    """The alias table for a knowledge base: the global entries, overridden by the base's own."""
+    rows = ClassAlias.objects.filter(Q(kb__isnull=True) | Q(kb=kb)).values_list(
+        "alias", "class_name", "kb_id")
+    aliases = {alias: name for alias, name, kb_id in rows if kb_id is None}
+    aliases.update({alias: name for alias, name, kb_id in rows if kb_id is not None})
     return aliases
-
-
-def search(
-    *, kb: str, question, mode: str = "hybrid", top_k: int | None = None, exclude=(), version: str | None = None
-) -> SearchResult:
-    """Plan and search a question against a knowledge base's active version (or a named ready one)."""
-    if not isinstance(question, str) or not question.strip():
-        raise ServiceError("invalid_question", "The question must be a non-empty string.")
-    if len(question) > MAX_QUESTION_CHARS:
-        raise ServiceError("question_too_long", f"The question is longer than {MAX_QUESTION_CHARS} characters.")
-    if mode not in MODES:
-        raise ServiceError("invalid_mode", f"Mode must be one of: {', '.join(MODES)}.")
-    if top_k is not None and (not isinstance(top_k, int) or isinstance(top_k, bool) or not 1 <= top_k <= MAX_TOP_K):
-        raise ServiceError("invalid_top_k", f"top_k must be an integer from 1 to {MAX_TOP_K}.")
-    knowledge_base = kb_get(kb)
-    if version:
-        row = knowledge_base.versions.filter(name=version, status=IndexVersion.Status.READY).first()
-        if row is None:
-            raise ServiceError("version_not_found", f"Version {version} of {kb} is not available.", status=404)
-    else:
-        row = knowledge_base.active_version
-        if row is None:
-            raise ServiceError("no_active_version", f"{kb} has no index yet; run `rag reindex --kb {kb}`.", status=409)
-    searcher = get_engine().searcher(knowledge_base.slug, row.name, aliases_for(knowledge_base))
-    return searcher.run(question, mode=mode, top_k=top_k, exclude=tuple(exclude))
-
-
-def index_version_built_at(*, kb: str, version: str) -> str | None:
-    """When a version of a knowledge base was built (ISO 8601), so a reader knows which docs it read."""
-    built_at = IndexVersion.objects.filter(kb__slug=kb, name=version).values_list("built_at", flat=True).first()
-    return built_at.isoformat() if built_at else None
-
-
-@dataclass(frozen=True)
-class AnswerResult:
-    kb: str
-    search: SearchResult
-    answer: Answer
-    generate_ms: float = 0.0
-
-
-def answer_question(*, kb: str, question, exclude=(), top_k: int | None = None, meter=None,
-                    version: str | None = None) -> AnswerResult:
-    """Search, then answer from the adopted evidence, in one call (the model answers without streaming)."""
-    for kind, value in answer_question_stream(kb=kb, question=question, exclude=exclude, top_k=top_k, meter=meter,
-                                              stream=False, version=version):
-        if kind == "final":
-            return value
-    raise AssertionError("answer_question_stream ended without a final answer")
-
-
-def answer_question_stream(*, kb: str, question, exclude=(), top_k: int | None = None, meter=None,
-                           cancelled=lambda: False, stream: bool = True, version: str | None = None):
-    """Search, then answer: events ("plan", SearchResult), ("token", text)…, ("final", AnswerResult).
-
-    Chitchat, out-of-catalog and empty evidence never reach the model (E7); search and chat share this
-    retrieval, so one question sees one evidence set. `meter`, when given, is a context manager factory
-    entered only around a real model call (the web channel's token pool), settled with the answer's usage.
-    When `cancelled()` turns true (the reader went away) the model stream is closed and nothing more is
-    yielded; the caller records the request as cancelled.
-    """
-    result = search(kb=kb, question=question, top_k=top_k, exclude=exclude, version=version)
-    yield "plan", result
-    hits = list(result.hits)
-    answer = answer_without_model(result.plan, hits, excluded_all=bool(exclude) and not hits,
-                                  weak_evidence=result.weak_evidence)
-    started = time.perf_counter()
-    if answer is None:
-        generator = get_engine().generator
-        metered = meter is not None and uses_model(generator)
-        with (meter() if metered else contextlib.nullcontext()) as spend:
-            if stream and hasattr(generator, "stream"):
-                events = generator.stream(result.plan.corrected_question, result.plan, hits)
-                try:
-                    for kind, value in events:
-                        if cancelled():
-                            return
-                        if kind == "token":
-                            yield "token", value
-                        else:
-                            answer = value
-                finally:
-                    events.close()
-            else:
-                answer = generator.run(result.plan.corrected_question, result.plan, hits)
-                yield "token", answer.text
-            if spend is not None:
-                spend.settle(answer.usage.total_tokens)
-    else:
-        yield "token", answer.text
-    yield "final", AnswerResult(kb=kb, search=result, answer=answer,
-                                generate_ms=round((time.perf_counter() - started) * 1000, 3))
-
-
-def uses_model(generator) -> bool:
-    return hasattr(generator, "client")
-
-
-def new_request_id() -> str:
-    import uuid
-
-    return "req_" + uuid.uuid4().hex
-
-
-CALLER_FIELDS = ("api_key_prefix", "tool", "arguments", "session_id", "transport")
-
-
-def request_record_write(*, channel: str, kind: str, request_id: str, kb: str, question: str,
-                         result: SearchResult | None = None, answer: Answer | None = None, error_code: str = "",
-                         latency_ms: float = 0.0, generate_ms: float | None = None,
-                         caller: dict | None = None) -> RequestRecord:
-    """Store one request with its plan, the top of each route, what was adopted and answered, and its cost.
-
-    `caller` names who asked through what: api_key_prefix, tool, arguments, session_id, transport (MCP).
-    """
-    fields = {key: value for key, value in (caller or {}).items() if key in CALLER_FIELDS}
-    if result is not None:
-        fields.update(
-            index_version=result.version,
-            plan=result.plan.as_dict(),
-            retrieved={**{r.name: [[h.chunk.chunk_id, round(h.score, 5)] for h in r.hits[:20]] for r in result.rankings},
-                       "fused": [[h.chunk.chunk_id, round(h.score, 5)] for h in result.fused[:20]]},
-            adopted=[{"chunk_id": h.chunk.chunk_id, "score": round(h.score, 6), "class_name": h.chunk.class_name,
-                      "member": h.chunk.member, "source": h.chunk.source} for h in result.hits],
-            excluded=list(result.excluded),
-            hit_count=len(result.hits),
-            timings={**result.timings_ms, **({"generate": generate_ms} if generate_ms is not None else {})},
-        )
-    if answer is not None:
-        fields.update(
-            answer=answer.text, confidence=answer.confidence, mode=answer.mode, degraded=answer.degraded,
-            reason=answer.reason, prompt_tokens=answer.usage.prompt_tokens,
-            completion_tokens=answer.usage.completion_tokens,
-            citations=[{"number": c.number, "chunk_id": c.chunk_id, "source": c.source} for c in answer.citations],
-        )
-    return RequestRecord.objects.create(channel=channel, kind=kind, request_id=request_id, kb=kb,
-                                        question=question[:MAX_QUESTION_CHARS], error_code=error_code,
-                                        latency_ms=round(latency_ms, 3), **fields)
 
 
 def read_source(*, kb: str, source: str) -> str:
@@ -386,3 +245,17 @@ def read_source(*, kb: str, source: str) -> str:
     if not target.is_file():
         raise ServiceError("source_not_found", f"{source} is not a page of {kb}.", status=404)
     return target.read_text(encoding="utf-8", errors="replace")
+
+
+def kb_source_hashes(kb: KnowledgeBase) -> dict[str, str]:
+    """The content hash of every page in a knowledge base's source folder now ({} when the folder is gone)."""
+    try:
+        return {d.path: d.content_hash for d in read_folder(Path(kb.source_dir))}
+    except (IngestError, OSError):
+        return {}
+
+
+def index_version_note(version: IndexVersion, note: str) -> None:
+    """Say on a ready version why it is not active (a release gate that failed), for the admin and the CLI."""
+    IndexVersion.objects.filter(pk=version.pk).update(error=note[:2000])
+    version.refresh_from_db(fields=["error"])

@@ -1,0 +1,112 @@
+"""The one recording policy (E12): what a request record holds and how its outcome is decided.
+
+Only the question service (`rag.services.questions`) writes request records, once per request, for a
+success and for every failure alike; the ops site, alerts and reports read `outcome` instead of deciding
+again from the raw fields.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING
+
+from rag.errors import ServiceError
+from rag.models import RequestRecord
+
+if TYPE_CHECKING:
+    from rag.engine.types import Answer, SearchResult
+
+MAX_QUESTION_CHARS = 2000
+MAX_KB_CHARS = 64
+Outcome = RequestRecord.Outcome
+
+
+def new_request_id() -> str:
+    return "req_" + uuid.uuid4().hex
+
+
+def outcome_of(*, result: SearchResult | None, answer: Answer | None, error_code: str) -> str:
+    """Decide how a request ended, the same way for every channel.
+
+    A chitchat question that got its fixed reply was answered as designed: it is not a failure and not an
+    empty result. A search is empty when nothing was adopted; an answer when it is "insufficient material".
+    """
+    if error_code == "cancelled":
+        return Outcome.CANCELLED
+    if error_code:
+        return Outcome.FAILED
+    if result is not None and result.plan.kind == "chitchat":
+        return Outcome.CHITCHAT
+    if answer is None:
+        return Outcome.OK if result is not None and result.hits else Outcome.EMPTY
+    if answer.mode == "chitchat":
+        return Outcome.CHITCHAT
+    if answer.mode == "empty":
+        return Outcome.EMPTY
+    if answer.degraded:
+        return Outcome.DEGRADED
+    if answer.confidence == "low":
+        return Outcome.LOW
+    return Outcome.OK
+
+
+def _text(value, limit: int) -> str:
+    """A string as stored: cut to size, NUL (which PostgreSQL refuses in text and JSON) replaced."""
+    return value[:limit].replace("\x00", "\ufffd") if isinstance(value, str) else ""
+
+
+def _json_safe(value):
+    if isinstance(value, str):
+        return _text(value, MAX_QUESTION_CHARS)
+    if isinstance(value, dict):
+        return {_text(str(k), 100): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    return value if value is None or isinstance(value, bool | int | float) else repr(value)[:100]
+
+
+def _arguments(arguments: dict) -> dict:
+    """A caller's raw arguments as recorded: long strings cut, a huge value of another type named only."""
+    arguments = _json_safe(arguments)
+    if len(str(arguments)) > 4 * MAX_QUESTION_CHARS:
+        arguments = {k: v if len(str(v)) <= MAX_QUESTION_CHARS else f"<{type(v).__name__}, too long>"
+                     for k, v in arguments.items()}
+    return arguments
+
+
+def request_record_write(*, request_id: str, channel: str, kind: str, question, kb, caller,
+                         result: SearchResult | None = None, answer: Answer | None = None,
+                         error: ServiceError | None = None, latency_ms: float = 0.0,
+                         generate_ms: float | None = None) -> RequestRecord:
+    """Store one request: who asked through what, the plan, the top of each route, what was adopted and
+    answered, its outcome and its cost. Values that failed validation are stored cut to size, never raw."""
+    error_code = error.code if error is not None else ""
+    fields = {
+        "api_key_prefix": caller.key_prefix[:16], "tool": caller.tool[:64],
+        "arguments": _arguments(caller.arguments or {}), "session_id": caller.session_id[:64],
+        "transport": caller.transport[:8], "app": caller.app[:64],
+    }
+    if result is not None:
+        fields.update(
+            index_version=result.version,
+            plan=result.plan.as_dict(),
+            retrieved={**{r.name: [[h.chunk.chunk_id, round(h.score, 5)] for h in r.hits[:20]] for r in result.rankings},
+                       "fused": [[h.chunk.chunk_id, round(h.score, 5)] for h in result.fused[:20]]},
+            adopted=[{"chunk_id": h.chunk.chunk_id, "score": round(h.score, 6), "class_name": h.chunk.class_name,
+                      "member": h.chunk.member, "source": h.chunk.source} for h in result.hits],
+            excluded=list(result.excluded),
+            hit_count=len(result.hits),
+            reason=result.plan.reason[:64] if not result.hits else "",
+            timings={**result.timings_ms, **({"generate": generate_ms} if generate_ms is not None else {})},
+        )
+    if answer is not None:
+        fields.update(
+            answer=answer.text, confidence=answer.confidence, mode=answer.mode, degraded=answer.degraded,
+            reason=answer.reason, prompt_tokens=answer.usage.prompt_tokens,
+            completion_tokens=answer.usage.completion_tokens,
+            citations=[{"number": c.number, "chunk_id": c.chunk_id, "source": c.source} for c in answer.citations],
+        )
+    return RequestRecord.objects.create(
+        request_id=request_id, channel=channel, kind=kind, kb=_text(kb, MAX_KB_CHARS),
+        question=_text(question, MAX_QUESTION_CHARS), error_code=error_code, latency_ms=round(latency_ms, 3),
+        outcome=outcome_of(result=result, answer=answer, error_code=error_code), **fields)
