@@ -151,7 +151,7 @@ def peak_rss_mb() -> float:
 COLUMNS = ("id", "request_id", "channel", "kind", "kb", "index_version", "question", "plan", "retrieved", "adopted",
            "excluded", "answer", "citations", "confidence", "mode", "degraded", "reason", "error_code",
            "prompt_tokens", "completion_tokens", "latency_ms", "hit_count", "timings", "api_key_prefix", "tool",
-           "arguments", "session_id", "transport", "created_at")
+           "arguments", "session_id", "transport", "app", "outcome", "created_at")
 
 
 def _chunk_id(rng: random.Random) -> str:
@@ -269,10 +269,13 @@ def synthetic_batch(task: tuple[int, list[float], int, str]) -> tuple[list[tuple
         stages = ", ".join(f'"{stage}": {rng.uniform(0.1, 5):.3f}' for stage in STAGES)
         timings = f'{{{stages}, "total": {latency:.3f}}}'
         created = datetime.datetime.fromtimestamp(moment, utc)
+        # The outcome the question service would record for these fields (rag.services.records.outcome_of).
+        ended = ("failed" if failed else "empty" if not hit_count else "degraded" if degraded
+                 else "low" if confidence == "low" else "ok")
         row = (record_id, f"req_{rng.getrandbits(128):032x}", channel, kind, "sdk", "20261101-000000-ab12", question,
                plan, retrieved, adopted, "[]", answer, citations, confidence, mode, degraded, reason, error_code,
                prompt_tokens, completion_tokens, round(latency, 3), hit_count, timings, key, tool, arguments, session,
-               transport, _as_stored(created, vendor))
+               transport, "", ended, _as_stored(created, vendor))
         rows.append(row)
         thumbs = channel == "web" and rng.random() < 0.02
         if thumbs:

@@ -20,32 +20,30 @@ from rag.models import Channel, IndexVersion, KnowledgeBase, RequestRecord
 from rag.services.generation import breaker_state, prompt_rebuild
 from rag.services.knowledge import kb_source_hashes
 
-USER_CHANNELS = ("web", "mcp")
+USER_CHANNELS = tuple(Channel.user_channels())  # every face but evaluation; each counts only its own traffic
+ALL_CHANNELS = tuple(Channel)
+CORE_CHANNELS = (Channel.WEB, Channel.MCP)  # always shown on the overview; other faces once they have traffic
+Outcome = RequestRecord.Outcome
+BAD_OUTCOMES = (Outcome.FAILED, Outcome.EMPTY, Outcome.LOW, Outcome.DEGRADED)
 # Latency histogram edges (ms): percentiles are read off cumulative counts the database computes per bucket,
 # so p50/p95 are upper bounds of the bucket the percentile falls in (shown as "≤").
 LATENCY_EDGES = (10, 20, 30, 50, 75, 100, 150, 200, 300, 500, 750, 1000, 1500, 2000, 3000, 5000, 10000, 30000, 60000,
                  600000)  # the last edge is above every timeout, so every request falls in some bucket
-OUTCOMES = ("ok", "failed", "empty", "low", "degraded", "thumbs_down")
+OUTCOMES = (*Outcome.values, "thumbs_down")
 
 
 def outcome_filter(outcome: str) -> Q:
-    return {
-        "ok": Q(error_code="") & ~Q(hit_count=0),
-        "failed": ~Q(error_code=""),
-        "empty": Q(error_code="", hit_count=0),
-        "low": Q(confidence="low"),
-        "degraded": Q(degraded=True),
-        "thumbs_down": Q(feedback__isnull=False),
-    }[outcome]
+    """Requests that ended this way: the outcome the question service recorded, or a thumbs-down."""
+    return Q(feedback__isnull=False) if outcome == "thumbs_down" else Q(outcome=outcome)
 
 
 def _aggregates(thumbs: bool = True) -> dict:
     counts = {
         "requests": Count("id"),
-        "failures": Count("id", filter=~Q(error_code="")),
-        "empty": Count("id", filter=Q(error_code="", hit_count=0)),
-        "low": Count("id", filter=Q(confidence="low")),
-        "degraded": Count("id", filter=Q(degraded=True)),
+        "failures": Count("id", filter=Q(outcome=Outcome.FAILED)),
+        "empty": Count("id", filter=Q(outcome=Outcome.EMPTY)),
+        "low": Count("id", filter=Q(outcome=Outcome.LOW)),
+        "degraded": Count("id", filter=Q(outcome=Outcome.DEGRADED)),
         "prompt_tokens": Sum("prompt_tokens"),
         "completion_tokens": Sum("completion_tokens"),
     }
@@ -106,11 +104,12 @@ def _stat_row(stat: HourStat) -> dict:
     return row
 
 
-def hourly_live(channel: str | None, since, until):
-    """Per-hour aggregates straight from the request table (UTC hours), without thumbs-down."""
+def hourly_live(channels, since, until):
+    """Per-hour aggregates of some channels (None: all) straight from the request table (UTC hours),
+    without thumbs-down."""
     rows = RequestRecord.objects.filter(created_at__gte=since, created_at__lt=until)
-    if channel:
-        rows = rows.filter(channel=channel)
+    if channels is not None:
+        rows = rows.filter(channel__in=list(channels))
     return (rows.annotate(bucket=Trunc("created_at", "hour", tzinfo=datetime.UTC))
             .values("bucket", "channel").annotate(**_aggregates(thumbs=False)).order_by("bucket"))
 
@@ -121,34 +120,34 @@ def first_id_since(moment) -> int | None:
             .values_list("id", flat=True).first())
 
 
-def hour_rows(channel: str, since, until) -> dict[datetime.datetime, dict]:
-    """Every hour of [since, until): closed hours from the rollup table, the rest (the current hour, hours the
-    job has not rolled up yet) aggregated live; thumbs-down counted live from the feedback table."""
+def hour_rows(channels, since, until) -> dict[str, dict[datetime.datetime, dict]]:
+    """Every hour of [since, until) for each channel: closed hours from the rollup table, the rest (the current
+    hour, hours the job has not rolled up yet) aggregated live; thumbs-down counted live from the feedback
+    table. A few queries whatever the number of channels."""
+    channels = list(channels)
     hours = _hours(since, until)
     start = hours[0] if hours else floor_hour(since)
-    rows = {s.hour: _stat_row(s) for s in HourStat.objects.filter(channel=channel, hour__gte=start, hour__lt=until)}
-    missing = [h for h in hours if h not in rows]
+    rows: dict[str, dict[datetime.datetime, dict]] = {channel: {} for channel in channels}
+    for stat in HourStat.objects.filter(channel__in=channels, hour__gte=start, hour__lt=until):
+        rows[stat.channel][stat.hour] = _stat_row(stat)
+    missing = [h for h in hours if any(h not in rows[c] for c in channels)]
     if missing:
-        for row in hourly_live(channel, min(missing), until):
-            if row["bucket"] in missing:
-                rows[row["bucket"]] = row
+        for row in hourly_live(channels, min(missing), until):
+            if row["bucket"] in missing and row["bucket"] not in rows[row["channel"]]:
+                rows[row["channel"]][row["bucket"]] = row
     first = first_id_since(start)
     if first is not None:  # few feedback rows: start from them (bounded by id), not from the requests
-        thumbs = (Feedback.objects.filter(request_id__gte=first, request__channel=channel,
+        thumbs = (Feedback.objects.filter(request_id__gte=first, request__channel__in=channels,
                                           request__created_at__lt=until)
-                  .values_list("request__created_at", flat=True))
-        for moment in thumbs:
+                  .values_list("request__channel", "request__created_at"))
+        for channel, moment in thumbs:
             hour = floor_hour(moment)
-            rows.setdefault(hour, {})
-            rows[hour]["thumbs_down"] = rows[hour].get("thumbs_down", 0) + 1
+            rows[channel].setdefault(hour, {})
+            rows[channel][hour]["thumbs_down"] = rows[channel][hour].get("thumbs_down", 0) + 1
     return rows
 
 
-def channel_overview(channel: str, since, until, bucket: str) -> tuple[list[dict], dict]:
-    """Per hour or local day (requests, failures, empty, low confidence, degraded, thumbs-down, tokens,
-    p50/p95), and the totals of the window: one read of the hour rows for both."""
-    rows = hour_rows(channel, since, until)
-    hours = _hours(since, until)
+def _series(rows: dict, hours: list, bucket: str) -> tuple[list[dict], dict]:
     totals = _shape(_sum(rows.get(hour, {}) for hour in hours))
     if bucket == "hour":
         return [{"bucket": hour, **_shape(rows.get(hour, {}))} for hour in hours], totals
@@ -158,6 +157,18 @@ def channel_overview(channel: str, since, until, bucket: str) -> tuple[list[dict
     tz = timezone.get_current_timezone()
     return [{"bucket": datetime.datetime.combine(day, datetime.time(), tzinfo=tz), **_shape(_sum(group))}
             for day, group in days.items()], totals
+
+
+def channels_overview(channels, since, until, bucket: str) -> dict[str, tuple[list[dict], dict]]:
+    """Per channel: its numbers per hour or local day (requests, failures, empty, low confidence, degraded,
+    thumbs-down, tokens, p50/p95) and the totals of the window, from one read of the hour rows."""
+    hours = _hours(since, until)
+    return {channel: _series(by_hour, hours, bucket)
+            for channel, by_hour in hour_rows(channels, since, until).items()}
+
+
+def channel_overview(channel: str, since, until, bucket: str) -> tuple[list[dict], dict]:
+    return channels_overview([channel], since, until, bucket)[channel]
 
 
 def channel_series(channel: str, since, until, bucket: str) -> list[dict]:
@@ -173,11 +184,17 @@ def totals_of(rows) -> dict:
     return _shape(rows.aggregate(**_aggregates()))
 
 
-def top_failing_questions(channel: str, since, until, limit: int = 10) -> list[dict]:
-    """The questions that most often failed, came back empty, had low confidence or got a thumbs-down."""
-    bad = ~Q(error_code="") | Q(hit_count=0) | Q(confidence="low") | Q(feedback__isnull=False)
-    return list(RequestRecord.objects.filter(bad, channel=channel, created_at__gte=since, created_at__lt=until)
-                .values("question").annotate(times=Count("id")).order_by("-times", "question")[:limit])
+def top_failing_questions(channels, since, until, limit: int = 10) -> dict[str, list[dict]]:
+    """Per channel, the questions that most often failed, came back empty, had low confidence or a degraded
+    answer, or got a thumbs-down (a chitchat question that got its fixed reply is not among them)."""
+    bad = Q(outcome__in=BAD_OUTCOMES) | Q(feedback__isnull=False)
+    rows = (RequestRecord.objects.filter(bad, channel__in=list(channels), created_at__gte=since, created_at__lt=until)
+            .values("channel", "question").annotate(times=Count("id")).order_by("channel", "-times", "question"))
+    out: dict[str, list[dict]] = {channel: [] for channel in channels}
+    for row in rows:
+        if len(out[row["channel"]]) < limit:
+            out[row["channel"]].append({"question": row["question"], "times": row["times"]})
+    return out
 
 
 def window(name: str) -> tuple[datetime.datetime, datetime.datetime, str]:
@@ -230,7 +247,7 @@ def request_page(flt: RequestFilter) -> tuple[list[RequestRecord], int | None]:
     if flt.before:
         rows = rows.filter(id__lt=flt.before)
     page = list(rows.order_by("-id").only(
-        "id", "request_id", "channel", "kind", "kb", "question", "error_code", "confidence", "degraded", "hit_count",
+        "id", "request_id", "channel", "kind", "kb", "question", "error_code", "outcome", "confidence", "degraded", "hit_count",
         "latency_ms", "prompt_tokens", "completion_tokens", "api_key_prefix", "tool", "created_at")[:PAGE_SIZE + 1])
     more = len(page) > PAGE_SIZE
     page = page[:PAGE_SIZE]
@@ -255,7 +272,7 @@ def request_trace(request_id: str) -> dict | None:
 
 def _rebuilt_prompt(record: RequestRecord, version) -> list[dict] | None:
     """The messages a model got (or would have got) for this request; only when its version is still kept."""
-    if record.kind != "chat" or not record.adopted or not version or version.status != IndexVersion.Status.READY:
+    if record.kind != RequestRecord.Kind.CHAT or not record.adopted or not version or version.status != IndexVersion.Status.READY:
         return None
     return prompt_rebuild(kb=record.kb, version=record.index_version,
                           chunk_ids=[item["chunk_id"] for item in record.adopted],
@@ -284,7 +301,7 @@ def recent_problems() -> list[dict]:
     aggregates = {}
     for minutes in (5, 15, 60):
         since = now - datetime.timedelta(minutes=minutes)
-        aggregates[f"failed_{minutes}"] = Count("id", filter=Q(created_at__gte=since) & ~Q(error_code=""))
+        aggregates[f"failed_{minutes}"] = Count("id", filter=Q(created_at__gte=since, outcome=Outcome.FAILED))
         aggregates[f"slow_{minutes}"] = Count("id", filter=Q(created_at__gte=since, latency_ms__gt=slow))
         aggregates[f"all_{minutes}"] = Count("id", filter=Q(created_at__gte=since))
     return list(hour.values("channel").annotate(**aggregates).order_by("channel"))
@@ -305,7 +322,9 @@ def live_status() -> dict:
         "at": now.isoformat(),
         "at_local": timezone.localtime(now).strftime("%Y-%m-%d %H:%M:%S"),
         "mcp_sessions": snapshot["gauges"].get("mcp_sessions", 0),
-        "in_flight": {channel: snapshot["in_flight"].get(channel, 0) for channel in ("web", "mcp", "eval")},
+        "in_flight": {channel.value: snapshot["in_flight"].get(channel, 0) for channel in ALL_CHANNELS},
+        "in_flight_other": sum(n for channel, n in snapshot["in_flight"].items()
+                               if channel not in (Channel.WEB, Channel.MCP, Channel.EVAL)),
         "processes": snapshot["processes"],
         "queue_depth": queue_depth(),
         "builds_running": [{"kb": v.kb.slug, "version": v.name, "embedded": v.chunks_embedded} for v in building],
@@ -339,7 +358,12 @@ def freshness() -> list[dict]:
 
 
 def reports() -> list[DailyReport]:
-    return list(DailyReport.objects.defer("html").order_by("-day")[:120])
+    """The newest reports, each with the channels that had traffic that day (`by_channel`)."""
+    rows = list(DailyReport.objects.defer("html").order_by("-day")[:120])
+    for report in rows:
+        report.by_channel = [(name, c["requests"]) for name, c in report.summary.get("channels", {}).items()
+                             if c.get("requests")]
+    return rows
 
 
 def open_alerts() -> list[AlertEvent]:
@@ -347,7 +371,7 @@ def open_alerts() -> list[AlertEvent]:
 
 
 def token_pool_today() -> dict | None:
-    pool = TokenPool.objects.filter(channel="web", day=timezone.localdate()).first()
+    pool = TokenPool.objects.filter(channel=Channel.WEB, day=timezone.localdate()).first()
     return {"limit": pool.limit, "spent": pool.spent, "remaining": pool.remaining} if pool else None
 
 

@@ -75,7 +75,7 @@ def _same(original: dict, run: dict) -> dict:
 # -- hourly rollups -------------------------------------------------------------------------------------
 
 
-ROLLUP_CHANNELS = ("web", "mcp", "eval")
+ROLLUP_CHANNELS = tuple(Channel.values)
 
 
 def rollup_hours(*, hours: int = 48, now: datetime.datetime | None = None) -> int:
@@ -124,22 +124,22 @@ def daily_report_build(day: datetime.date | None = None) -> DailyReport:
     feedback, breaker openings, the slowest and the failed requests, per channel with eval apart."""
     day = day or timezone.localdate() - datetime.timedelta(days=1)
     since, until = _day_bounds(day)
-    overview = {channel: selectors.channel_overview(channel, since, until, "hour")
-                for channel in ("web", "mcp", "eval")}
-    channels = {channel: totals for channel, (_series, totals) in overview.items()}
-    hours = {channel: overview[channel][0] for channel in selectors.USER_CHANNELS}
+    overview = selectors.channels_overview(selectors.ALL_CHANNELS, since, until, "hour")
+    channels = {channel.value: totals for channel, (_series, totals) in overview.items()}
+    active = [c for c in selectors.USER_CHANNELS if c in selectors.CORE_CHANNELS or channels[c]["requests"]]
+    hours = {channel.value: overview[channel][0] for channel in active}
     day_rows = RequestRecord.objects.filter(created_at__gte=since, created_at__lt=until)
     user_rows = day_rows.filter(channel__in=selectors.USER_CHANNELS)
     slowest = list(user_rows.order_by("-latency_ms").values("request_id", "channel", "question", "latency_ms")[:10])
-    failed = list(user_rows.exclude(error_code="").order_by("created_at")
+    failures = user_rows.filter(outcome=RequestRecord.Outcome.FAILED)
+    failed = list(failures.order_by("created_at")
                   .values("request_id", "channel", "question", "error_code", "created_at")[:50])
-    failed_by_code = list(user_rows.exclude(error_code="").values("error_code").annotate(n=Count("id"))
-                          .order_by("-n"))
+    failed_by_code = list(failures.values("error_code").annotate(n=Count("id")).order_by("-n"))
     breaker_openings = AlertEvent.objects.filter(rule="breaker_open", fired_at__gte=since, fired_at__lt=until).count()
     summary = {
         "day": day.isoformat(),
         "channels": channels,
-        "feedback": {c: channels[c]["thumbs_down"] for c in selectors.USER_CHANNELS},
+        "feedback": {c.value: channels[c]["thumbs_down"] for c in active},
         "breaker_openings": breaker_openings,
         "failed_by_code": failed_by_code,
         "slowest": [{**row, "latency_ms": round(row["latency_ms"], 1)} for row in slowest],
@@ -167,7 +167,8 @@ def _rule_values() -> list[tuple[str, float | None, float, str]]:
     since = timezone.now() - datetime.timedelta(minutes=config["WINDOW_MINUTES"])
     rows = RequestRecord.objects.filter(channel__in=selectors.USER_CHANNELS, created_at__gte=since)
     totals = selectors.totals_of(rows)
-    chats = rows.filter(kind="chat").aggregate(n=Count("id"), low=Count("id", filter=Q(confidence="low")))
+    chats = rows.filter(kind=RequestRecord.Kind.CHAT).aggregate(
+        n=Count("id"), low=Count("id", filter=Q(outcome=RequestRecord.Outcome.LOW)))
     enough = totals["requests"] >= config["MIN_REQUESTS"]
     window = f"last {config['WINDOW_MINUTES']} min"
     breaker = selectors.breaker_state()

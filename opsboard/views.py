@@ -17,6 +17,7 @@ from opsboard.models import DailyReport
 from opsboard.services import daily_report_json, replay_request
 from rag.access import in_group, requires
 from rag.errors import ServiceError
+from rag.models import Channel
 
 
 def can_read(user) -> bool:
@@ -34,38 +35,45 @@ def _label(bucket, size: str) -> str:
     return local.strftime("%H:00") if size == "hour" else local.strftime("%m-%d")
 
 
-def _overview(request, channels: tuple[str, ...], template_title: str):
+def _overview(request, channels: tuple[Channel, ...], template_title: str, *, always=()):
+    """One section per channel with traffic in the window (and the `always` ones even without); the channels
+    without traffic are named in one line."""
     name = request.GET.get("window", "24h")
     since, until, size = selectors.window(name)
+    overviews = selectors.channels_overview(channels, since, until, size)
+    shown = [c for c in channels if c in always or overviews[c][1]["requests"]]
+    failing = selectors.top_failing_questions(shown, max(since, until - TOP_FAILING_WINDOW), until)
     sections = []
-    for channel in channels:
-        series, totals = selectors.channel_overview(channel, since, until, size)
+    for channel in shown:
+        series, totals = overviews[channel]
         for point in series:
             point["label"] = _label(point["bucket"], size)
         sections.append({
-            "channel": channel, "totals": totals, "series": series,
+            "channel": channel.value, "label": channel.label, "totals": totals, "series": series,
             "requests_chart": charts.bars(series, value="requests", overlay="failures", label="label",
-                                          title=f"{channel} requests and failures"),
-            "latency_chart": charts.line(series, value="p95_ms", label="label", title=f"{channel} p95 latency"),
-            "top_failing": selectors.top_failing_questions(channel, max(since, until - TOP_FAILING_WINDOW), until),
+                                          title=f"{channel.label} requests and failures"),
+            "latency_chart": charts.line(series, value="p95_ms", label="label",
+                                         title=f"{channel.label} p95 latency"),
+            "top_failing": failing[channel],
         })
     return render(request, "opsboard/overview.html", {
-        "sections": sections, "window": name, "windows": ("24h", "7d", "30d"), "title": template_title,
-        "since": since, "until": until})
+        "sections": sections, "quiet": [c.label for c in channels if c not in shown], "window": name,
+        "windows": ("24h", "7d", "30d"), "title": template_title, "since": since, "until": until})
 
 
 @require_GET
 @ops_required
 def overview(request):
-    """User quality per channel: web assistant and MCP, each counting only its own traffic."""
-    return _overview(request, selectors.USER_CHANNELS, "Quality overview")
+    """User quality per channel (web assistant, MCP, the command line, the retrieval APIs), each counting
+    only its own traffic."""
+    return _overview(request, selectors.USER_CHANNELS, "Quality overview", always=selectors.CORE_CHANNELS)
 
 
 @require_GET
 @ops_required
 def eval_traffic(request):
     """Evaluation traffic on its own, never mixed into user quality."""
-    return _overview(request, ("eval",), "Evaluation traffic")
+    return _overview(request, (Channel.EVAL,), "Evaluation traffic", always=(Channel.EVAL,))
 
 
 def _parse_moment(raw: str):
@@ -87,7 +95,7 @@ def request_list(request):
     except ValueError:
         before = None
     flt = selectors.RequestFilter(
-        channel=get.get("channel", "") if get.get("channel") in ("web", "mcp", "eval") else "",
+        channel=get.get("channel", "") if get.get("channel") in Channel.values else "",
         outcome=get.get("outcome", "") if get.get("outcome") in selectors.OUTCOMES else "",
         key=get.get("key", "").strip()[:16], text=get.get("q", "").strip()[:200],
         since=_parse_moment(get.get("since", "")), until=_parse_moment(get.get("until", "")), before=before)
@@ -99,7 +107,7 @@ def request_list(request):
     query.pop("before", None)
     return render(request, "opsboard/requests.html", {
         "records": page, "next_before": next_before, "filter": flt, "query": query.urlencode(),
-        "outcomes": selectors.OUTCOMES, "channels": ("web", "mcp", "eval")})
+        "outcomes": selectors.OUTCOMES, "channels": Channel.choices})
 
 
 @require_GET

@@ -3,10 +3,18 @@
 from django.db import migrations, models
 
 
+def forget_rollups(apps, schema_editor):
+    """Hour rows rolled up before request outcomes existed counted chitchat replies as empty results and
+    cancelled streams as failures; drop them. The pages aggregate missing hours live (same numbers, slower)
+    and the rollup job stores them again (`manage.py ops_rollup --hours 744` for the last 31 days at once)."""
+    apps.get_model("opsboard", "HourStat").objects.all().delete()
+
+
 class Migration(migrations.Migration):
 
     dependencies = [
         ('opsboard', '0002_hour_stat'),
+        ('rag', '0006_request_record_outcome_app'),
     ]
 
     operations = [
@@ -15,4 +23,5 @@ class Migration(migrations.Migration):
             name='channel',
             field=models.CharField(max_length=16),
         ),
+        migrations.RunPython(forget_rollups, migrations.RunPython.noop),
     ]
