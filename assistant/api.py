@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from django.core.validators import MaxLengthValidator, MaxValueValidator, MinLengthValidator, MinValueValidator
+from django.core.validators import (
+    MaxLengthValidator,
+    MaxValueValidator,
+    MinLengthValidator,
+    MinValueValidator,
+    ProhibitNullCharactersValidator,
+)
 from django.utils.decorators import method_decorator
 from django.views.decorators.csrf import csrf_protect
 from drf_spectacular.utils import extend_schema, inline_serializer
@@ -14,7 +20,8 @@ from assistant.services import feedback_submit, web_chat, web_search
 from rag.services.questions import MAX_CHUNK_ID_CHARS, MAX_EXCLUDE, MAX_QUESTION_CHARS, MAX_TOP_K
 
 
-LIMITS = (MaxLengthValidator, MinLengthValidator, MaxValueValidator, MinValueValidator)
+LIMITS = (MaxLengthValidator, MinLengthValidator, MaxValueValidator, MinValueValidator,
+          ProhibitNullCharactersValidator)
 
 
 class LimitsInSchemaOnly:
@@ -50,7 +57,7 @@ class AskInput(serializers.Serializer):
     """The shape of a question (JSON types); its values are checked by the question service."""
 
     question = StrictCharField(max_length=MAX_QUESTION_CHARS, trim_whitespace=True, allow_blank=True)
-    kb = StrictCharField(max_length=64, required=False)
+    kb = StrictCharField(max_length=64, required=False, allow_blank=True)
     exclude = ListField(child=StrictCharField(max_length=MAX_CHUNK_ID_CHARS, allow_blank=True), required=False,
                         max_length=MAX_EXCLUDE, help_text="chunk ids not to use")
 

@@ -3,6 +3,7 @@
 
 class ServiceError(Exception):
     status = 400
+    request_id = ""  # set by the question service on a failure it recorded, so a face can name that record
 
     def __init__(self, code: str, message: str, *, status: int | None = None, headers: dict | None = None):
         super().__init__(message)
@@ -13,4 +14,7 @@ class ServiceError(Exception):
             self.status = status
 
     def as_dict(self) -> dict:
-        return {"code": self.code, "message": self.message}
+        body = {"code": self.code, "message": self.message}
+        if self.request_id:
+            body["request_id"] = self.request_id
+        return body

@@ -242,6 +242,8 @@ class _Call:
 
     def __exit__(self, kind, exc, traceback) -> bool:
         try:
+            if isinstance(exc, ServiceError):
+                exc.request_id = self.request_id
             if exc is not None and not self.recorded:
                 self.fail(exc if isinstance(exc, ServiceError) else INTERNAL if isinstance(exc, Exception)
                           else CANCELLED)
@@ -257,9 +259,14 @@ class _Call:
     def search(self) -> SearchOutcome:
         request = self.request
         question, top_k, mode, exclude = _validated(request)
+        engine = get_engine()
+        if mode != "bm25":
+            # Embed on a background thread while the lookups below, the index opening and the planner run;
+            # the planner rarely corrects a question, and a corrected one is embedded again.
+            engine.queries.prefetch(question)
         knowledge_base = kb_get(self.kb)
         row = _version_of(knowledge_base, request.version)
-        searcher = get_engine().searcher(knowledge_base.slug, row.name, aliases_for(knowledge_base))
+        searcher = engine.searcher(knowledge_base.slug, row.name, aliases_for(knowledge_base))
         result = self.result = searcher.run(question, mode=mode, top_k=top_k, exclude=exclude)
         return SearchOutcome(request_id=self.request_id, question=question, kb=knowledge_base.slug, version=row.name,
                              built_at=row.built_at.isoformat() if row.built_at else None, result=result,

@@ -9,7 +9,9 @@ import os
 import pytest
 from django.core.management import CommandError, call_command
 
+from rag.models import RequestRecord
 from rag.tests.conftest import make_kb
+from rag.tests.live import manage
 
 pytestmark = pytest.mark.django_db
 
@@ -18,11 +20,11 @@ STATUS_KEYS = {"ok", "command", "project_root", "notes_dir", "index_dir", "db_ex
                "deepseek_api_key_configured", "deepseek_model", "markdown_note_count", "index_node_count"}
 STATUS_ADDED = {"kb", "kb_exists", "active_version", "embedding_model", "lancedb_uri", "knowledge_bases", "live"}
 SEARCH_KEYS = {"ok", "command", "question", "mode", "top_k", "results"}
-SEARCH_ADDED = {"kb", "version", "plan", "excluded", "timings_ms"}
+SEARCH_ADDED = {"kb", "version", "plan", "excluded", "timings_ms", "request_id"}
 RESULT_KEYS = {"source", "title", "heading_path", "chunk_index", "score", "raw_score", "metadata", "content"}
 RESULT_ADDED = {"chunk_id", "class_name", "member"}
 CONTEXT_KEYS = {"ok", "command", "question", "mode", "top_k", "context", "sources"}
-CONTEXT_ADDED = {"kb", "version", "plan"}
+CONTEXT_ADDED = {"kb", "version", "plan", "request_id"}
 READ_KEYS = {"ok", "command", "source", "content"}
 READ_ADDED = {"kb"}
 REINDEX_KEYS = {"ok", "command", "synced_notes", "indexed_nodes", "duration_seconds"}
@@ -239,3 +241,40 @@ def test_json_errors_have_the_seed_shape(built_kb, args, code):
 def test_errors_without_json_raise_a_command_error(db):
     with pytest.raises(CommandError, match="kb_not_found"):
         run_rag("search", "--kb", "nope", "Fog")
+
+
+# -- recording and a database that was never migrated ------------------------------------------------------
+
+
+def test_every_question_of_the_cli_is_recorded_on_its_channel(built_kb):
+    payload = run_json("search", "PerspectiveCamera 的 fov", "--kb", "sdk", "--top-k", "3")
+
+    record = RequestRecord.objects.get(request_id=payload["request_id"])
+    assert (record.channel, record.kind, record.outcome) == ("cli", "search", "ok")
+    assert [a["chunk_id"] for a in record.adopted] == [r["chunk_id"] for r in payload["results"]]
+
+
+def test_a_batch_asked_not_to_record_leaves_no_record(built_kb, monkeypatch):
+    monkeypatch.setattr("sys.stdin", io.StringIO("Fog 的颜色\nPerspectiveCamera 的 fov\n"))
+
+    lines = [json.loads(line) for line in run_rag("search", "-", "--kb", "sdk", "--json", "--no-record").splitlines()]
+
+    assert [line["ok"] for line in lines] == [True, True]
+    assert not RequestRecord.objects.exists()
+
+
+def test_a_failed_cli_question_is_recorded_with_its_code(built_kb):
+    run_json_failure("search", "Fog", "--kb", "sdk", "--top-k", "99")
+
+    assert RequestRecord.objects.get().error_code == "invalid_top_k"
+
+
+@pytest.mark.parametrize("command", [["search", "Fog 的颜色"], ["status"], ["read", "Fog.md"]])
+def test_a_database_never_migrated_is_a_clear_json_error(tmp_path, command):
+    """A fresh data directory: no traceback, the seed's error shape, a code and exit status 1."""
+    done = manage("rag", *command, "--json", RAG_DATA_DIR=str(tmp_path / "fresh"), DATABASE_URL="")
+
+    payload = json.loads(done.stdout)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert payload == {"ok": False, "code": "database_not_migrated", "error": payload["error"]}
+    assert "manage.py migrate" in payload["error"]

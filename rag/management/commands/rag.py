@@ -151,7 +151,7 @@ class Command(BaseCommand):
 
     def _search(self, kb: str, options) -> dict:
         outcome = question_search(self._request(kb, options, options["question"]))
-        return search_as_dict(outcome, top_k=options["top_k"])
+        return {**search_as_dict(outcome, top_k=options["top_k"]), "request_id": outcome.request_id}
 
     def _batch(self, kb: str, options) -> None:
         """Answer one question per stdin line with one JSON object per line, in order."""
@@ -161,7 +161,8 @@ class Command(BaseCommand):
                 continue
             try:
                 outcome = question_search(self._request(kb, options, question))
-                payload = {"ok": True, "command": "search", **search_as_dict(outcome, top_k=options["top_k"])}
+                payload = {"ok": True, "command": "search", **search_as_dict(outcome, top_k=options["top_k"]),
+                           "request_id": outcome.request_id}
             except ServiceError as exc:
                 payload = {"ok": False, "command": "search", "question": question, "error": exc.message,
                            "code": exc.code}
@@ -183,6 +184,7 @@ class Command(BaseCommand):
             "kb": outcome.kb,
             "version": outcome.version,
             "plan": outcome.result.plan.as_dict(),
+            "request_id": outcome.request_id,
         }
 
     def _ask(self, kb: str, options) -> dict:
@@ -203,6 +205,7 @@ class Command(BaseCommand):
             "kb": outcome.kb,
             "version": outcome.version,
             "plan": outcome.result.plan.as_dict(),
+            "request_id": outcome.request_id,
         }
 
     def _human_ask(self, p: dict) -> str:
