@@ -19,7 +19,7 @@ class FeedbackAdmin(admin.ModelAdmin):
 
     @admin.action(description="Make draft golden questions (question and evidence attached) for QA")
     def make_golden_drafts(self, request, queryset):
-        from evaluation.services import draft_from_request
+        from evaluation.services.golden import draft_from_request
 
         made = 0
         for feedback in queryset.select_related("request"):

@@ -27,7 +27,7 @@ from rag.engine.chunk import chunk_documents  # noqa: E402
 from rag.engine.embed import LocalE5Embedder, QueryVectorCache  # noqa: E402
 from rag.engine.index import IndexStore, VersionReader  # noqa: E402
 from rag.engine.ingest import read_folder  # noqa: E402
-from rag.engine.metrics import RetrievedChunk, score_question, summarize  # noqa: E402
+from rag.metrics import RetrievedChunk, score_question, summarize  # noqa: E402
 from rag.engine.plan import Planner  # noqa: E402
 from rag.engine.search import Searcher  # noqa: E402
 
@@ -110,8 +110,8 @@ def serve(folder: Path) -> dict:
             for stage in STAGES:
                 stages[stage].append(float(result.timings_ms.get(stage, 0.0)))
         summary = summarize(scores)
-        out["modes"][mode] = {"metrics": summary.metrics, "counts": summary.counts, "gates": summary.gates,
-                              "passed": summary.passed}
+        out["modes"][mode] = {"metrics": summary.metrics, "counts": summary.counts,
+                              "gates": [gate.as_dict() for gate in summary.gates], "passed": summary.passed}
         out["latency"][mode] = {s: {"p50": round(statistics.median(v), 3), "p95": round(pct(v, 0.95), 3)}
                                 for s, v in stages.items()}
     out["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
@@ -205,13 +205,13 @@ def print_report(build_report: dict, served: dict, extra: dict) -> None:
     names = ["class_hit", "member_hit", "false_empty", "colloquial_class_hit", "member_layer_member_hit",
              "typo_class_hit", "multi_class_hit", "hit_at_1", "hit_at_3", "member_first_hit", "member_mrr",
              "strict_class_hit", "chitchat_empty", "out_of_catalog_empty", "no_answer_empty"]
-    gates = {g[0]: g for g in served["modes"]["hybrid"]["gates"]}
+    gates = {g["metric"]: g for g in served["modes"]["hybrid"]["gates"]}
     print(f"{'metric':26s} {'hybrid':>8s} {'vector':>8s} {'bm25':>8s}   gate")
     for name in names:
         row = [served["modes"][m]["metrics"].get(name) for m in ("hybrid", "vector", "bm25")]
         cells = " ".join(f"{v * 100:7.1f}%" if v is not None else f"{'-':>8s}" for v in row)
         gate = gates.get(name)
-        gate_text = f"{gate[1]} {gate[2] * 100:.0f}%: {gate[4]}" if gate else ""
+        gate_text = f"{gate['op']} {gate['threshold'] * 100:.0f}%: {gate['status']}" if gate else ""
         print(f"{name:26s} {cells}   {gate_text}")
     counts = served["modes"]["hybrid"]["counts"]
     print(f"(questions: {counts}; class window 5, or max(5, 3 × classes); member hit in the first 3)")

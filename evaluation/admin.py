@@ -8,7 +8,7 @@ from django.shortcuts import redirect, render
 from django.urls import path, reverse
 
 from evaluation.models import EvalRun, GoldenDraft, GoldenItem, GoldenSet
-from evaluation.services import draft_add, golden_export, golden_import, golden_new_version
+from evaluation.services.golden import draft_add, golden_export, golden_import, golden_new_version
 from rag.admin_readonly import ReadOnlyAdmin
 from rag.errors import ServiceError
 

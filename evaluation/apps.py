@@ -10,7 +10,7 @@ class EvaluationConfig(AppConfig):
 
         def gate(kb, **options):
             # Imported on use: the evaluation services are not needed to start a process.
-            from evaluation.services import index_build_gated
+            from evaluation.services.reindex import index_build_gated
 
             return index_build_gated(kb, **options)
 

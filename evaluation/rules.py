@@ -1,29 +1,15 @@
-"""Scoring by rules, plain Python: generation rules per question, gate tables for both kinds, attribution of
-failed questions. Metric names, windows, layer minimums and default gates follow seed 001 ("检索发版指标",
-"生成发版指标"); retrieval scoring itself is `rag.engine.metrics` (shared with `make bench`)."""
+"""Scoring by rules, plain Python: generation rules per question, generation metrics, attribution of failed
+questions. Metric names follow seed 001 ("生成发版指标"); retrieval scoring and the gate type are
+`rag.metrics` (shared with `make bench`), the gate tables `evaluation.services.gates`."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
 
-from rag.engine.metrics import RETRIEVAL_GATES, QuestionScore, RetrievedChunk, summarize
+from rag.metrics import QuestionScore, RetrievedChunk, rate
 
 USABLE_CONFIDENCE = ("high", "medium")  # "low" says the evidence is insufficient; "none" is an empty answer
-
-# (metric, op, threshold, needs the judge)
-GENERATION_GATES = (
-    ("answer_parses", ">=", 1.0, False),
-    ("confidence_expected", ">=", 1.0, False),
-    ("citations_valid", ">=", 1.0, False),
-    ("class_mentioned", ">=", 0.95, False),
-    ("member_mentioned", ">=", 0.85, False),
-    ("path_clean", ">=", 1.0, False),
-    ("negative_refused", ">=", 1.0, False),
-    ("expected_class_discarded", "<=", 0.0, False),
-    ("judge_pass", ">=", 0.80, True),
-    ("hallucination_count", "<=", 0, True),
-)
 
 # A file path (dir/name.ext) or an example-scene path in an answer leaks internals the reader cannot open.
 PATH_RE = re.compile(
@@ -101,12 +87,6 @@ def score_generation(item: dict, outcome: GenerationOutcome) -> GenerationScore:
     return GenerationScore(id=item["id"], answerable=answerable, rules=rules)
 
 
-def rate(values) -> float | None:
-    """The share of true values; None values (a rule that does not apply) are left out."""
-    values = [v for v in values if v is not None]
-    return sum(bool(v) for v in values) / len(values) if values else None
-
-
 @dataclass(frozen=True)
 class JudgeSummary:
     """The judge's verdicts over a run: None when no judge is configured."""
@@ -148,59 +128,6 @@ def generation_metrics(scores: list[GenerationScore], judge: JudgeSummary | None
               "judged": judge.judged if judge else 0, "flaky": judge.flaky if judge else 0,
               "judge_errors": judge.errors if judge else 0}
     return metrics, counts
-
-
-def generation_gates(metrics: dict, *, judge_configured: bool) -> list[dict]:
-    gates = []
-    for metric, op, threshold, needs_judge in GENERATION_GATES:
-        value = metrics.get(metric)
-        if needs_judge and not judge_configured:
-            gates.append(_gate(metric, op, threshold, None, "not_scored", "no judge model configured"))
-        elif value is None:
-            note = "no judged question" if needs_judge else "no question this rule applies to"
-            gates.append(_gate(metric, op, threshold, None, "not_scored" if needs_judge else "skipped", note))
-        else:
-            gates.append(_gate(metric, op, threshold, value, _compare(value, op, threshold)))
-    return gates
-
-
-def retrieval_gates(scores: list[QuestionScore]) -> tuple[dict, dict, list[dict]]:
-    """Metrics, counts and the gate table of a retrieval run (rag.engine.metrics, with notes)."""
-    report = summarize(scores)
-    minimums = {metric: (layer, minimum) for metric, _op, _t, layer, minimum in RETRIEVAL_GATES}
-    gates = []
-    for metric, op, threshold, value, status in report.gates:
-        layer, minimum = minimums[metric]
-        note = ""
-        if status == "skipped":
-            note = (f"the {layer} layer has {report.counts[layer]} question(s), needs {minimum}"
-                    if layer and report.counts[layer] < minimum else "no question this metric applies to")
-        gates.append(_gate(metric, op, threshold, value, status, note))
-    return report.metrics, report.counts, gates
-
-
-def baseline_gate(newly_failing: int | None, limit: int) -> dict:
-    if newly_failing is None:
-        return _gate("newly_failing_count", "<=", limit, None, "skipped", "no baseline run of the active version")
-    return _gate("newly_failing_count", "<=", limit, newly_failing, _compare(newly_failing, "<=", limit))
-
-
-def verdict_of(gates: list[dict]) -> str:
-    statuses = {g["status"] for g in gates}
-    if "fail" in statuses:
-        return "fail"
-    if "not_scored" in statuses:
-        return "not_scored"
-    return "pass"
-
-
-def _compare(value, op: str, threshold) -> str:
-    ok = value >= threshold if op == ">=" else value <= threshold
-    return "pass" if ok else "fail"
-
-
-def _gate(metric, op, threshold, value, status, note="") -> dict:
-    return {"metric": metric, "op": op, "threshold": threshold, "value": value, "status": status, "note": note}
 
 
 # -- attribution --------------------------------------------------------------------------------------

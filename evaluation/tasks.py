@@ -1,6 +1,6 @@
 from celery import shared_task
 
-from evaluation.services import eval_run_execute, eval_runs_reap
+from evaluation.services.runs import eval_run_execute, eval_runs_reap
 
 
 @shared_task(acks_late=True, soft_time_limit=6 * 3600, time_limit=6 * 3600 + 300)
@@ -14,7 +14,7 @@ def gated_reindex_task(kb_id: int, user_id: int | None = None) -> None:
     """Build a candidate version of a knowledge base and activate it only if its golden sets pass."""
     from django.contrib.auth import get_user_model
 
-    from evaluation.services import index_build_gated
+    from evaluation.services.reindex import index_build_gated
     from rag.models import KnowledgeBase
 
     user = get_user_model().objects.filter(pk=user_id).first() if user_id else None

@@ -14,13 +14,8 @@ from django.views.decorators.http import require_GET, require_POST
 from evaluation.models import EvalRun, GoldenDraft, GoldenSet
 from evaluation.report import render_compare
 from evaluation.selectors import run_as_report, run_summary
-from evaluation.services import (
-    eval_run_cancel,
-    eval_run_retry,
-    eval_run_start,
-    eval_runs_reap,
-    gated_reindex_start,
-)
+from evaluation.services.reindex import gated_reindex_start
+from evaluation.services.runs import eval_run_cancel, eval_run_retry, eval_run_start, eval_runs_reap
 from rag.access import in_group, requires
 from rag.errors import ServiceError
 from rag.models import IndexVersion, KnowledgeBase

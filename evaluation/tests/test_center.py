@@ -11,7 +11,8 @@ from django.contrib.auth.models import Group
 from django.core.management import call_command
 
 from evaluation.models import EvalRun
-from evaluation.services import eval_run_create, eval_run_execute, golden_import
+from evaluation.services.golden import golden_import
+from evaluation.services.runs import eval_run_create, eval_run_execute
 from evaluation.tests.test_runs import RETRIEVAL, jsonl
 from rag.tests.conftest import make_built_kb
 

@@ -137,7 +137,7 @@ def test_request_carries_the_model_seed_and_the_whole_case(judge_server):
 
 
 def test_judge_built_from_settings_asks_at_temperature_zero_with_the_configured_seed(judge_server, settings):
-    from evaluation.services import make_judge as judge_from_settings
+    from evaluation.services.scoring import make_judge as judge_from_settings
 
     settings.RAG_JUDGE = {**settings.RAG_JUDGE, "BASE_URL": judge_server.url, "MODEL": "qwen3.8-flash",
                           "API_KEY": "", "SEED": 1234, "REPEATS": 1}

@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 
 from evaluation import rules
-from rag.engine.metrics import QuestionScore, RetrievedChunk, class_window, score_question, summarize
+from evaluation.services.gates import baseline_gate, generation_gates, retrieval_gates, verdict_of
+from rag.metrics import QuestionScore, RetrievedChunk, class_window, score_question, summarize
 
 # -- builders ----------------------------------------------------------------------------------------
 
@@ -59,7 +60,7 @@ def gate(gates: list[dict], metric: str) -> dict:
 
 
 def gate_status(question_scores: list[QuestionScore], metric: str) -> str:
-    _metrics, _counts, gates = rules.retrieval_gates(question_scores)
+    _metrics, _counts, gates = retrieval_gates(question_scores)
     return gate(gates, metric)["status"]
 
 
@@ -228,7 +229,7 @@ def test_false_empty_gate_passes_at_two_percent_and_fails_just_above(answerable,
     # One empty answer in 50 is exactly 2%; in 49 it is 2.04%.
     question_scores = [score(empty=True, class_hit=False), *scores(answerable - 1, answerable - 1)]
 
-    metrics, _counts, gates = rules.retrieval_gates(question_scores)
+    metrics, _counts, gates = retrieval_gates(question_scores)
 
     assert metrics["false_empty"] == 1 / answerable
     assert gate(gates, "false_empty")["status"] == status
@@ -252,7 +253,7 @@ def test_colloquial_class_hit_gate_at_seventy_percent(count, hits, status):
 
 
 def test_colloquial_gate_is_skipped_under_five_questions_with_a_note_naming_the_count():
-    _metrics, _counts, gates = rules.retrieval_gates([*scores(20, 20), *scores(4, 0, "colloquial")])
+    _metrics, _counts, gates = retrieval_gates([*scores(20, 20), *scores(4, 0, "colloquial")])
 
     colloquial = gate(gates, "colloquial_class_hit")
 
@@ -275,7 +276,7 @@ def test_member_layer_member_hit_gate_at_seventy_percent_with_five_questions_min
 def test_member_layer_questions_without_a_member_do_not_count_toward_its_minimum():
     question_scores = [*member_scores(4, 0, "member"), score("member")]  # five questions, four ask for a member
 
-    _metrics, counts, gates = rules.retrieval_gates(question_scores)
+    _metrics, counts, gates = retrieval_gates(question_scores)
 
     assert counts["member"] == 4
     assert gate(gates, "member_layer_member_hit")["note"] == "the member layer has 4 question(s), needs 5"
@@ -292,13 +293,13 @@ def test_typo_class_hit_gate_at_fifty_percent_with_three_questions_minimum(count
 
 
 def test_typo_gate_skipped_note_names_the_count():
-    _metrics, _counts, gates = rules.retrieval_gates(scores(2, 0, "typo"))
+    _metrics, _counts, gates = retrieval_gates(scores(2, 0, "typo"))
 
     assert gate(gates, "typo_class_hit")["note"] == "the typo layer has 2 question(s), needs 3"
 
 
 def test_gate_without_any_applicable_question_is_skipped_not_failed():
-    _metrics, _counts, gates = rules.retrieval_gates(scores(10, 10))
+    _metrics, _counts, gates = retrieval_gates(scores(10, 10))
 
     member = gate(gates, "member_hit")
 
@@ -307,7 +308,7 @@ def test_gate_without_any_applicable_question_is_skipped_not_failed():
 
 
 def test_retrieval_gate_table_lists_the_seed_thresholds_in_order():
-    _metrics, _counts, gates = rules.retrieval_gates(scores(10, 10))
+    _metrics, _counts, gates = retrieval_gates(scores(10, 10))
 
     assert [(g["metric"], g["op"], g["threshold"]) for g in gates] == [
         ("class_hit", ">=", 0.90), ("member_hit", ">=", 0.75), ("false_empty", "<=", 0.02),
@@ -558,7 +559,7 @@ def judge_summary(judged: int = 10, passed: int = 10, hallucinations: int = 0) -
 
 def gen_gates(generation_scores, judge=None) -> list[dict]:
     metrics, _counts = rules.generation_metrics(generation_scores, judge)
-    return rules.generation_gates(metrics, judge_configured=judge is not None)
+    return generation_gates(metrics, judge_configured=judge is not None)
 
 
 def test_without_a_judge_the_judge_gates_are_not_scored_and_the_verdict_says_so():
@@ -569,26 +570,26 @@ def test_without_a_judge_the_judge_gates_are_not_scored_and_the_verdict_says_so(
     assert [(g["status"], g["value"], g["note"]) for g in judged] == [
         ("not_scored", None, "no judge model configured")] * 2
     assert {g["status"] for g in gates if g not in judged} == {"pass"}
-    assert rules.verdict_of(gates) == "not_scored"
+    assert verdict_of(gates) == "not_scored"
 
 
 def test_a_failed_rule_gate_fails_the_verdict_even_without_a_judge():
     gates = gen_gates([gen_score(), gen_score(class_mentioned=False)])
 
-    assert rules.verdict_of(gates) == "fail"
+    assert verdict_of(gates) == "fail"
 
 
 def test_all_gates_passing_with_a_judge_gives_pass():
     gates = gen_gates([gen_score(), gen_score(answerable=False)], judge_summary())
 
-    assert rules.verdict_of(gates) == "pass"
+    assert verdict_of(gates) == "pass"
 
 
 @pytest.mark.parametrize(("passed", "status"), [(8, "pass"), (7, "fail")])
 def test_judge_pass_gate_passes_at_exactly_eighty_percent(passed, status):
     metrics, _counts = rules.generation_metrics([gen_score()], judge_summary(judged=10, passed=passed))
 
-    judge_pass = gate(rules.generation_gates(metrics, judge_configured=True), "judge_pass")
+    judge_pass = gate(generation_gates(metrics, judge_configured=True), "judge_pass")
 
     assert (judge_pass["value"], judge_pass["status"]) == (passed / 10, status)
 
@@ -605,7 +606,7 @@ def test_a_configured_judge_that_judged_nothing_leaves_judge_pass_not_scored():
 
     assert (gate(gates, "judge_pass")["status"], gate(gates, "judge_pass")["note"]) == (
         "not_scored", "no judged question")
-    assert rules.verdict_of(gates) == "not_scored"
+    assert verdict_of(gates) == "not_scored"
 
 
 @pytest.mark.parametrize(("keeping", "status"), [(95, "pass"), (94, "fail")])
@@ -656,7 +657,7 @@ def test_a_rule_gate_with_no_applicable_question_is_skipped_and_does_not_block_t
     refused = gate(gates, "negative_refused")
 
     assert (refused["status"], refused["note"]) == ("skipped", "no question this rule applies to")
-    assert rules.verdict_of(gates) == "pass"
+    assert verdict_of(gates) == "pass"
 
 
 def test_generation_metrics_report_judge_rates_and_counts():
@@ -670,13 +671,13 @@ def test_generation_metrics_report_judge_rates_and_counts():
 
 @pytest.mark.parametrize(("newly_failing", "status"), [(None, "skipped"), (0, "pass"), (2, "pass"), (3, "fail")])
 def test_baseline_gate_allows_up_to_the_limit_of_newly_failing_questions(newly_failing, status):
-    baseline = rules.baseline_gate(newly_failing, 2)
+    baseline = baseline_gate(newly_failing, 2)
 
     assert (baseline["metric"], baseline["value"], baseline["status"]) == ("newly_failing_count", newly_failing, status)
 
 
 def test_baseline_gate_without_a_baseline_says_why():
-    assert rules.baseline_gate(None, 2)["note"] == "no baseline run of the active version"
+    assert baseline_gate(None, 2)["note"] == "no baseline run of the active version"
 
 
 @pytest.mark.parametrize(("statuses", "verdict"), [
@@ -685,7 +686,7 @@ def test_baseline_gate_without_a_baseline_says_why():
     (["pass", "not_scored", "fail"], "fail"),
 ])
 def test_verdict_is_fail_over_not_scored_over_pass(statuses, verdict):
-    assert rules.verdict_of([{"status": s} for s in statuses]) == verdict
+    assert verdict_of([{"status": s} for s in statuses]) == verdict
 
 
 # -- attribution -------------------------------------------------------------------------------------

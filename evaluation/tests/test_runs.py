@@ -10,9 +10,12 @@ from django.contrib.auth import get_user_model
 from django.utils import timezone
 
 from evaluation.models import EvalResult, EvalRun, GoldenDraft, GoldenSet
-from evaluation.services import (
-    draft_add, draft_from_request, eval_run_cancel, eval_run_create, eval_run_execute, eval_run_retry,
-    eval_runs_reap, golden_export, golden_import, golden_matches, golden_new_version, index_build_gated,
+from evaluation.services.golden import (
+    draft_add, draft_from_request, golden_export, golden_import, golden_matches, golden_new_version,
+)
+from evaluation.services.reindex import index_build_gated
+from evaluation.services.runs import (
+    eval_run_cancel, eval_run_create, eval_run_execute, eval_run_retry, eval_runs_reap,
 )
 from rag.errors import ServiceError
 from rag.models import RequestRecord

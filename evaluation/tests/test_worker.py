@@ -10,7 +10,8 @@ import time
 import pytest
 
 from evaluation.models import EvalRun
-from evaluation.services import eval_run_create, eval_run_retry, eval_runs_reap, golden_import
+from evaluation.services.golden import golden_import
+from evaluation.services.runs import eval_run_create, eval_run_retry, eval_runs_reap
 from evaluation.tasks import eval_run_execute_task
 from rag.models import RequestRecord
 from rag.tests.conftest import make_built_kb
