@@ -5,8 +5,10 @@ from django.db.models import Q, Sum
 from django.utils import timezone
 
 from apikeys.models import ApiKey, ApiKeyUsage
-from apikeys.services import api_key_issue, api_key_revoke, api_key_rotate
 from rag.admin_readonly import ReadOnlyAdmin
+
+# The services are imported where they are used: every process imports the admin modules when Django
+# starts (admin autodiscovery), and most never act on a key here.
 
 
 class UsageInline(admin.TabularInline):
@@ -67,6 +69,8 @@ class ApiKeyAdmin(admin.ModelAdmin):
         if change:
             super().save_model(request, obj, form, change)
             return
+        from apikeys.services import api_key_issue
+
         record, key = api_key_issue(owner=obj.owner, name=obj.name, expires_at=obj.expires_at,
                                     daily_quota=obj.daily_quota, rate_limit_per_minute=obj.rate_limit_per_minute)
         obj.pk = record.pk
@@ -75,12 +79,16 @@ class ApiKeyAdmin(admin.ModelAdmin):
 
     @admin.action(description="Revoke the selected keys (they stop working at once)")
     def revoke(self, request, queryset):
+        from apikeys.services import api_key_revoke
+
         for key in queryset:
             api_key_revoke(key=key)
         self.message_user(request, f"Revoked {queryset.count()} key(s).")
 
     @admin.action(description="Rotate: revoke and issue a replacement (shown once)")
     def rotate(self, request, queryset):
+        from apikeys.services import api_key_rotate
+
         for key in queryset:
             new, plaintext = api_key_rotate(key=key)
             messages.warning(request, f"{key.prefix} replaced by {new.prefix}. Copy it now: {plaintext}")

@@ -2,7 +2,6 @@ from django.contrib import admin, messages
 
 from rag.errors import ServiceError
 from rag.models import ClassAlias, Document, IndexVersion, KnowledgeBase, RequestRecord
-from rag.services.knowledge import index_activate
 
 
 @admin.register(KnowledgeBase)
@@ -39,6 +38,9 @@ class IndexVersionAdmin(admin.ModelAdmin):
 
     @admin.action(description="Make this version active")
     def activate(self, request, queryset):
+        # Imported on use: the services load the engine, which a process that only starts Django does not need.
+        from rag.services.knowledge import index_activate
+
         if queryset.count() != 1:
             self.message_user(request, "Choose exactly one version.", level=messages.ERROR)
             return

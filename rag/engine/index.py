@@ -3,10 +3,17 @@
 A version lives in two places: a LanceDB table `<kb>__<version>` (chunks, metadata, vectors) in the
 LanceDB database, and a folder `<index_dir>/<kb>/<version>/` holding the BM25 index, the class catalog
 and a manifest. The manifest is written last, so a folder without one is a build that did not finish.
+
+LanceDB is the store of record. A version small enough to be searched in memory also gets a copy of its
+chunks (`chunks.json`) and vectors (`vectors.npy`) in its folder, listed in the manifest with their size
+and SHA-1, so opening it needs only numpy and json: importing LanceDB costs seconds, which a one-shot
+`rag search` would pay on every question. Versions without those files (built before them, or searched
+through the ANN index) are read from LanceDB.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -28,6 +35,11 @@ from .types import Chunk  # noqa: E402
 
 EMBEDDING_CACHE_TABLE = "embedding_cache"
 MANIFEST = "manifest.json"
+CHUNKS_FILE = "chunks.json"
+VECTORS_FILE = "vectors.npy"
+# The chunk fields in the order of the LanceDB table (and of the columns of chunks.json).
+CHUNK_FIELDS = ("chunk_id", "source", "title", "class_name", "class_alias", "member", "heading_path",
+                "chunk_index", "part", "text", "summary")
 
 
 class IndexError_(Exception):
@@ -117,6 +129,57 @@ def _chunks_from_arrow(table) -> list[Chunk]:
         )
         for i in range(table.num_rows)
     ]
+
+
+def _file_entry(data: bytes | memoryview) -> dict:
+    return {"bytes": len(data) if isinstance(data, bytes) else data.nbytes, "sha1": hashlib.sha1(data).hexdigest()}
+
+
+def write_memory_files(folder: Path, chunks: list[Chunk], vectors: np.ndarray) -> dict:
+    """Write the chunks (as columns) and vectors an in-memory search needs; return their manifest entries."""
+    columns: dict[str, list] = {name: [] for name in CHUNK_FIELDS}
+    for chunk in chunks:
+        for name in CHUNK_FIELDS:
+            value = getattr(chunk, name)
+            columns[name].append(list(value) if name == "heading_path" else value)
+    data = json.dumps(columns, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    (folder / CHUNKS_FILE).write_bytes(data)
+    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    np.save(folder / VECTORS_FILE, vectors, allow_pickle=False)
+    # The vectors' checksum covers the array's bytes, which np.load returns without a second read.
+    return {CHUNKS_FILE: _file_entry(data), VECTORS_FILE: _file_entry(memoryview(vectors).cast("B"))}
+
+
+def _read_memory_files(folder: Path, manifest: dict) -> tuple[list[Chunk], np.ndarray]:
+    """Read and check chunks.json and vectors.npy against the manifest; raise IndexError_ when they do not match."""
+    entries = manifest["memory_files"]
+    count, dimension = manifest["chunk_count"], manifest["dimension"]
+    try:
+        data = (folder / CHUNKS_FILE).read_bytes()
+        if _file_entry(data) != entries[CHUNKS_FILE]:
+            raise IndexError_(f"{CHUNKS_FILE} does not match the manifest (size or checksum)")
+        columns = json.loads(data)
+        if not isinstance(columns, dict) or any(len(columns.get(name, ())) != count for name in CHUNK_FIELDS):
+            raise IndexError_(f"{CHUNKS_FILE} does not hold {count} chunks")
+        chunks = [
+            Chunk(chunk_id=chunk_id, source=source, title=title, class_name=class_name, class_alias=class_alias,
+                  member=member, heading_path=tuple(heading_path), chunk_index=chunk_index, part=part, text=text,
+                  summary=summary)
+            for chunk_id, source, title, class_name, class_alias, member, heading_path, chunk_index, part, text,
+            summary in zip(*(columns[name] for name in CHUNK_FIELDS))
+        ]
+        vectors = np.load(folder / VECTORS_FILE, allow_pickle=False)
+        if vectors.dtype != np.float32 or vectors.shape != (count, dimension) or not vectors.flags.c_contiguous:
+            raise IndexError_(f"{VECTORS_FILE} holds {vectors.dtype} {vectors.shape}, expected float32 "
+                              f"({count}, {dimension})")
+        if _file_entry(memoryview(vectors).cast("B")) != entries[VECTORS_FILE]:
+            raise IndexError_(f"{VECTORS_FILE} does not match the manifest (checksum)")
+    except IndexError_:
+        raise
+    except (OSError, ValueError, KeyError, TypeError) as exc:  # missing, truncated or not what it claims
+        raise IndexError_(f"cannot read the in-memory files of version {manifest.get('version')}: "
+                          f"{type(exc).__name__}: {exc}") from exc
+    return chunks, vectors
 
 
 @dataclass
@@ -240,10 +303,15 @@ class IndexStore:
 
             db = _connect(self.lancedb_uri)
             table = db.create_table(table_name(kb, version), data=_chunk_table(chunks, vectors), mode="overwrite")
+            memory_files = None
             if len(chunks) > self.ann_min_vectors:
                 from lancedb.index import IvfHnswSq
 
                 table.create_index("vector", config=IvfHnswSq(distance_type="cosine"))
+            else:
+                memory_files = write_memory_files(folder, chunks, vectors)
+            if table.count_rows() != len(chunks):
+                raise IndexError_(f"vector table holds {table.count_rows()} rows, expected {len(chunks)}")
             timings["write"] = time.perf_counter() - t0
 
             t0 = time.perf_counter()
@@ -257,6 +325,8 @@ class IndexStore:
                 "chunk_count": len(chunks),
                 "built_at": time.time(),
             }
+            if memory_files is not None:
+                manifest["memory_files"] = memory_files
             self._validate(kb, version, manifest, chunks, vectors)
             timings["validate"] = time.perf_counter() - t0
             (folder / MANIFEST).write_text(json.dumps(manifest), encoding="utf-8")
@@ -278,7 +348,9 @@ class IndexStore:
         """Check counts and dimension, then run a smoke query: the first chunk must find itself."""
         reader = VersionReader.open(self, kb, version, manifest=manifest)
         if reader.count != len(chunks):
-            raise IndexError_(f"vector table holds {reader.count} rows, expected {len(chunks)}")
+            raise IndexError_(f"the version holds {reader.count} chunks, expected {len(chunks)}")
+        if reader.chunks != chunks:
+            raise IndexError_("the chunks read back differ from the chunks built")
         if reader.bm25_count != len(chunks):
             raise IndexError_(f"BM25 index holds {reader.bm25_count} documents, expected {len(chunks)}")
         if reader.dimension != manifest["dimension"]:
@@ -353,23 +425,28 @@ class VersionReader:
 
     @classmethod
     def open(cls, store: IndexStore, kb: str, version: str, *, manifest: dict | None = None) -> "VersionReader":
-        bm25s = _bm25s()
+        """Open a finished version: from its own files when searched in memory, else through LanceDB."""
         folder = store.version_dir(kb, version)
         if manifest is None:
             path = folder / MANIFEST
             if not path.exists():
                 raise IndexError_(f"index version {version} of {kb} is missing or unfinished")
             manifest = json.loads(path.read_text(encoding="utf-8"))
-        db = _connect(store.lancedb_uri)
-        table = db.open_table(table_name(kb, version))
         in_memory = manifest["chunk_count"] <= store.ann_min_vectors
-        columns = table.to_arrow() if in_memory else table.search().select(
-            [c for c in table.schema.names if c != "vector"]).limit(None).to_arrow()
-        chunks = _chunks_from_arrow(columns)
-        vectors = None
-        if in_memory:
-            vectors = columns.column("vector").combine_chunks().flatten().to_numpy().reshape(len(chunks), -1)
-            vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        table = None
+        if in_memory and "memory_files" in manifest:
+            chunks, vectors = _read_memory_files(folder, manifest)
+        else:  # built before the in-memory files, or searched through the ANN index
+            db = _connect(store.lancedb_uri)
+            table = db.open_table(table_name(kb, version))
+            columns = table.to_arrow() if in_memory else table.search().select(
+                [c for c in table.schema.names if c != "vector"]).limit(None).to_arrow()
+            chunks = _chunks_from_arrow(columns)
+            vectors = None
+            if in_memory:
+                vectors = columns.column("vector").combine_chunks().flatten().to_numpy().reshape(len(chunks), -1)
+                vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        bm25s = _bm25s()
         catalog = Catalog.from_dict(json.loads((folder / "catalog.json").read_text(encoding="utf-8")))
         add_words(catalog.aliases_to_teach())
         bm25 = bm25s.BM25.load(str(folder / "bm25"), show_progress=False, verbosity=0)
@@ -377,7 +454,7 @@ class VersionReader:
             head = bm25s.BM25.load(str(folder / "bm25_head"), show_progress=False, verbosity=0)
         else:  # a version built before head indexes existed
             head = build_head_index(chunks)
-        return cls(kb, version, manifest, chunks, catalog, bm25, vectors, table if not in_memory else None, head)
+        return cls(kb, version, manifest, chunks, catalog, bm25, vectors, None if in_memory else table, head)
 
     @property
     def count(self) -> int:

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import json
 import logging
+import mmap
 import os
 import re
+import sys
+import tempfile
 import threading
 
 IDENTIFIER_RE = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*")
@@ -46,19 +51,161 @@ def camel_parts(identifier: str) -> list[str]:
     return [p.lower() for p in CAMEL_RE.findall(identifier)]
 
 
+def _import_jieba():
+    """Import jieba without pkg_resources, which it only uses to open its dictionary and falls back from
+    to a plain open() of the same file; importing pkg_resources scans every installed package (~0.2 s)."""
+    blocked = "pkg_resources" not in sys.modules
+    if blocked:
+        sys.modules["pkg_resources"] = None  # makes `import pkg_resources` raise ImportError
+    try:
+        import jieba
+    finally:
+        if blocked and sys.modules.get("pkg_resources", "") is None:
+            del sys.modules["pkg_resources"]
+    return jieba
+
+
+class PrefixDictionary:
+    """jieba's prefix dictionary (word -> frequency; 0 for a prefix of longer words), looked up in a
+    memory-mapped file instead of loaded whole.
+
+    jieba unmarshals its half-million entries into a dict when it starts, which costs a fresh process
+    about a second (mostly first-touch memory), while a question looks up a few hundred of them. Here the
+    words of each length are one sorted array, searched on demand and remembered; words taught at run time
+    (`add_word`) are kept in a dict on top. jieba reads the table only through `in`, `[]`, `get` and
+    `[]=`, so its segmentation is the same as with its own dict.
+    """
+
+    MAGIC = b"rag-jieba-prefix-1\n"
+
+    def __init__(self, tables: dict, total: int):
+        self._tables = tables  # length -> (sorted words as a numpy unicode array, their frequencies)
+        self.total = total
+        self._known: dict[str, int | None] = {}  # looked up so far, None for "not in the dictionary"
+        self._added: dict[str, int] = {}
+
+    @classmethod
+    def write(cls, path: str, freq: dict[str, int], total: int) -> None:
+        """Store jieba's table at `path` (atomically): a JSON header, then per word length the sorted words
+        (UTF-32) and their frequencies (int32)."""
+        import numpy as np
+
+        by_length: dict[int, list[str]] = {}
+        for word in freq:
+            by_length.setdefault(len(word), []).append(word)
+        parts, tables, offset = [], [], 0
+        for length in sorted(by_length):
+            words = np.sort(np.array(by_length[length], dtype=f"<U{length}"))
+            freqs = np.array([freq[w] for w in words.tolist()], dtype="<i4")
+            tables.append([length, len(words), offset, offset + words.nbytes])
+            parts += [words.tobytes(), freqs.tobytes()]
+            offset += words.nbytes + freqs.nbytes
+        header = json.dumps({"total": total, "tables": tables, "size": offset}).encode()
+        header += b" " * (-(len(cls.MAGIC) + 8 + len(header)) % 8)  # keep the arrays 4-byte aligned
+        folder = os.path.dirname(path) or "."
+        fd, temporary = tempfile.mkstemp(dir=folder, prefix=".prefix-")
+        try:
+            with os.fdopen(fd, "wb") as out:
+                out.write(cls.MAGIC + len(header).to_bytes(8, "little") + header)
+                for part in parts:
+                    out.write(part)
+            os.replace(temporary, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            raise
+
+    @classmethod
+    def open(cls, path: str) -> "PrefixDictionary | None":
+        """Map a stored table; None when it is missing or not one this code wrote."""
+        import numpy as np
+
+        try:
+            with open(path, "rb") as source:
+                data = mmap.mmap(source.fileno(), 0, access=mmap.ACCESS_READ)
+            if data[: len(cls.MAGIC)] != cls.MAGIC:
+                return None
+            start = len(cls.MAGIC) + 8
+            size = int.from_bytes(data[len(cls.MAGIC) : start], "little")
+            header = json.loads(data[start : start + size])
+            base = start + size
+            if len(data) != base + header["size"]:
+                return None
+            tables = {
+                length: (np.frombuffer(data, dtype=f"<U{length}", count=count, offset=base + words_at),
+                         np.frombuffer(data, dtype="<i4", count=count, offset=base + freqs_at))
+                for length, count, words_at, freqs_at in header["tables"]
+            }
+            return cls(tables, int(header["total"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def _lookup(self, word: str) -> int | None:
+        try:
+            return self._known[word]
+        except KeyError:
+            pass
+        found = None
+        table = self._tables.get(len(word))
+        if table is not None:
+            words, freqs = table
+            position = int(words.searchsorted(word))
+            if position < len(words) and words[position] == word:
+                found = int(freqs[position])
+        self._known[word] = found
+        return found
+
+    def __contains__(self, word) -> bool:
+        return word in self._added or self._lookup(word) is not None
+
+    def __getitem__(self, word) -> int:
+        if word in self._added:
+            return self._added[word]
+        found = self._lookup(word)
+        if found is None:
+            raise KeyError(word)
+        return found
+
+    def get(self, word, default=None):
+        if word in self._added:
+            return self._added[word]
+        found = self._lookup(word)
+        return default if found is None else found
+
+    def __setitem__(self, word, frequency: int) -> None:
+        self._added[word] = frequency
+
+
+def _prefix_dictionary_path(jieba, folder: str) -> str:
+    """Where the table of this jieba and dictionary is kept (a new jieba or dictionary gets a new file)."""
+    stat = os.stat(os.path.join(os.path.dirname(jieba.__file__), "dict.txt"))
+    return os.path.join(folder, f"prefix-{jieba.__version__}-{stat.st_size}-{int(stat.st_mtime)}.bin")
+
+
 def _segmenter():
-    """Return jieba, initialised once per process (its dictionary load takes about a second)."""
+    """Return jieba, initialised once per process: from the stored prefix table when there is one, else
+    by jieba itself (about a second), storing the table for the next process."""
     global _jieba
     if _jieba is None:
         with _jieba_lock:
             if _jieba is None:
-                import jieba
-
+                jieba = _import_jieba()
                 jieba.setLogLevel(logging.WARNING)
-                if _cache_dir:
-                    os.makedirs(_cache_dir, exist_ok=True)
-                    jieba.dt.tmp_dir = _cache_dir
-                jieba.initialize()
+                folder = _cache_dir or tempfile.gettempdir()
+                os.makedirs(folder, exist_ok=True)
+                jieba.dt.tmp_dir = folder
+                path = _prefix_dictionary_path(jieba, folder)
+                fresh = not jieba.dt.initialized  # else someone set it up (and maybe taught it words) already
+                table = PrefixDictionary.open(path) if fresh else None
+                if table is not None:
+                    jieba.dt.FREQ, jieba.dt.total, jieba.dt.initialized = table, table.total, True
+                else:
+                    jieba.initialize()
+                    if fresh and isinstance(jieba.dt.FREQ, dict):
+                        try:
+                            PrefixDictionary.write(path, jieba.dt.FREQ, jieba.dt.total)
+                        except OSError:
+                            logging.getLogger(__name__).warning("could not store the jieba table in %s", folder)
                 _jieba = jieba
     return _jieba
 

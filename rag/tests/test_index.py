@@ -5,14 +5,19 @@ from __future__ import annotations
 import dataclasses
 import json
 import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import lancedb
 import numpy as np
 import pytest
 
-from rag.engine.embed import EmbeddingError, OpenAIEmbedder
-from rag.engine.index import MANIFEST, IndexError_, VersionReader, table_name
+from rag.engine.embed import EmbeddingError, OpenAIEmbedder, QueryVectorCache
+from rag.engine.index import CHUNKS_FILE, MANIFEST, VECTORS_FILE, IndexError_, VersionReader, table_name
 from rag.engine.text import sha1
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def chunks_from(chunks, *sources: str) -> list:
@@ -334,3 +339,170 @@ def test_switching_to_a_model_of_another_dimension_and_back_reuses_the_first_mod
     report = tmp_store.build("sdk", "v3", chunks, HashEmbedder(model_id="test:small", dimension=16))
 
     assert report.embedded == 0
+
+
+# -- the in-memory files of a version ------------------------------------------------------------------
+
+
+def copy_of_version(store, tmp_path, kb: str = "sdk", version: str = "v1"):
+    """A copy of a built store (index folder and LanceDB database) that a test may damage."""
+    import shutil
+
+    shutil.copytree(store.version_dir(kb, version), tmp_path / "index" / kb / version)
+    shutil.copytree(store.lancedb_uri, tmp_path / "lancedb")
+    return dataclasses.replace(store, lancedb_uri=str(tmp_path / "lancedb"), index_dir=tmp_path / "index")
+
+
+def test_a_build_writes_the_chunks_and_vectors_an_in_memory_search_needs(built_index):
+    folder = built_index.store.version_dir(built_index.kb, built_index.version)
+
+    manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    vectors = np.load(folder / VECTORS_FILE)
+
+    assert set(manifest["memory_files"]) == {CHUNKS_FILE, VECTORS_FILE}
+    assert (vectors.dtype, vectors.shape) == (np.float32, (len(built_index.chunks), 384))
+    assert len(json.loads((folder / CHUNKS_FILE).read_text(encoding="utf-8"))["chunk_id"]) == len(built_index.chunks)
+
+
+def test_an_in_memory_version_reads_the_same_chunks_and_vectors_as_lancedb(built_index):
+    store = built_index.store
+    table = lancedb.connect(store.lancedb_uri).open_table(table_name(built_index.kb, built_index.version)).to_arrow()
+
+    reader = VersionReader.open(store, built_index.kb, built_index.version)
+
+    stored = table.column("vector").combine_chunks().flatten().to_numpy().reshape(table.num_rows, -1)
+    assert np.array_equal(reader.vectors, stored)
+    assert reader.chunks == built_index.chunks
+    assert reader.table is None
+
+
+def test_opening_an_in_memory_version_imports_neither_lancedb_nor_pyarrow(built_index):
+    script = (
+        "import json, sys\n"
+        "from pathlib import Path\n"
+        "from rag.engine.index import IndexStore, VersionReader\n"
+        f"store = IndexStore(lancedb_uri={built_index.store.lancedb_uri!r}, index_dir=Path({str(built_index.store.index_dir)!r}))\n"
+        f"reader = VersionReader.open(store, {built_index.kb!r}, {built_index.version!r})\n"
+        "reader.dense_search(reader.vectors[0], 3)\n"
+        "print(json.dumps([reader.count, sorted(m for m in sys.modules if m.split('.')[0] in ('lancedb', 'pyarrow'))]))\n"
+    )
+
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True)
+
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [len(built_index.chunks), []]
+
+
+def test_a_version_built_before_the_in_memory_files_still_opens_through_lancedb(built_index, tmp_path):
+    store = copy_of_version(built_index.store, tmp_path)
+    folder = store.version_dir("sdk", "v1")
+    (folder / CHUNKS_FILE).unlink()
+    (folder / VECTORS_FILE).unlink()
+    manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    del manifest["memory_files"]
+    (folder / MANIFEST).write_text(json.dumps(manifest), encoding="utf-8")
+
+    reader = VersionReader.open(store, "sdk", "v1")
+
+    assert reader.chunks == built_index.chunks
+    assert reader.vectors.shape == (len(built_index.chunks), 384)
+    assert reader.dense_search(reader.vectors[3], 1)[0] == [3]
+
+
+@pytest.mark.parametrize("damage", ["missing chunks", "missing vectors", "truncated vectors", "changed vector",
+                                    "bad json", "wrong chunk count", "wrong shape"])
+def test_a_missing_or_damaged_in_memory_file_cannot_be_opened(built_index, tmp_path, damage):
+    store = copy_of_version(built_index.store, tmp_path)
+    folder = store.version_dir("sdk", "v1")
+    chunks_file, vectors_file = folder / CHUNKS_FILE, folder / VECTORS_FILE
+    if damage == "missing chunks":
+        chunks_file.unlink()
+    elif damage == "missing vectors":
+        vectors_file.unlink()
+    elif damage == "truncated vectors":
+        vectors_file.write_bytes(vectors_file.read_bytes()[:-100])
+    elif damage == "changed vector":
+        vectors = np.load(vectors_file)
+        vectors[2, 5] += 0.5
+        np.save(vectors_file, vectors)
+    elif damage == "bad json":
+        chunks_file.write_bytes(chunks_file.read_bytes()[:-10])
+    elif damage == "wrong chunk count":
+        columns = json.loads(chunks_file.read_text(encoding="utf-8"))
+        chunks_file.write_text(json.dumps({k: v[:-1] for k, v in columns.items()}), encoding="utf-8")
+    elif damage == "wrong shape":
+        np.save(vectors_file, np.load(vectors_file)[:, :100])
+
+    with pytest.raises(IndexError_):
+        VersionReader.open(store, "sdk", "v1")
+
+
+def test_a_version_searched_through_the_ann_index_writes_no_in_memory_files(tmp_store, fixture_chunks, real_embedder):
+    store = dataclasses.replace(tmp_store, ann_min_vectors=5)
+
+    store.build("sdk", "v1", chunks_from(fixture_chunks, "Fog.md", "Color.md"), real_embedder)
+
+    folder = store.version_dir("sdk", "v1")
+    assert not (folder / VECTORS_FILE).exists() and not (folder / CHUNKS_FILE).exists()
+    assert "memory_files" not in json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+
+
+# -- query vectors ---------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class SlowCountingEmbedder(HashEmbedder):
+    """A hash embedder that takes a moment per query and counts them (to see a prefetch at work)."""
+
+    queries: list = dataclasses.field(default_factory=list)
+    fail: bool = False
+
+    def embed_query(self, text):
+        import time
+
+        time.sleep(0.05)
+        self.queries.append(text)
+        if self.fail:
+            raise RuntimeError("embedding endpoint went away")
+        return self._vector(text)
+
+
+def test_a_prefetched_question_is_embedded_once_and_is_not_a_cache_hit():
+    embedder = SlowCountingEmbedder()
+    queries = QueryVectorCache(embedder)
+
+    queries.prefetch("雾的颜色")
+    vector, cached = queries.embed_query("雾的颜色")
+    again, cached_again = queries.embed_query("雾的颜色")
+
+    assert np.array_equal(vector, embedder._vector("雾的颜色")) and again is vector
+    assert (cached, cached_again, queries.misses, queries.hits) == (False, True, 1, 1)
+    assert embedder.queries == ["雾的颜色"]
+
+
+def test_a_prefetch_of_another_text_does_not_answer_the_question():
+    embedder = SlowCountingEmbedder()
+    queries = QueryVectorCache(embedder)
+
+    queries.prefetch("raycaster 的用法")
+    vector, cached = queries.embed_query("Raycaster 的用法")
+
+    assert np.array_equal(vector, embedder._vector("Raycaster 的用法")) and not cached
+    assert "Raycaster 的用法" in embedder.queries
+
+
+def test_a_failed_prefetch_raises_from_the_question_that_waits_for_it():
+    queries = QueryVectorCache(SlowCountingEmbedder(fail=True))
+
+    queries.prefetch("雾的颜色")
+
+    with pytest.raises(RuntimeError, match="went away"):
+        queries.embed_query("雾的颜色")
+
+
+def test_prefetches_nobody_asks_for_are_bounded():
+    queries = QueryVectorCache(SlowCountingEmbedder(), max_pending=3)
+
+    for n in range(10):
+        queries.prefetch(f"问题 {n}")
+
+    assert len(queries._pending) == 3
