@@ -7,7 +7,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 export OPENBLAS_NUM_THREADS ?= 1
 
-.PHONY: install run test test-fast bench bench-load bench-ops migrate clean
+.PHONY: install run test test-fast test-clock bench bench-load bench-ops bench-cli migrate clean
 
 $(STAMP): requirements.txt
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "$(PYTHON) not found; set PYTHON=python3.11" >&2; exit 1; }
@@ -38,6 +38,26 @@ test: install
 test-fast: install
 	$(VENV)/bin/pytest -m "not slow"
 
+# The whole suite with the wall clock at each local time of CLOCK_TIMES on CLOCK_DAY (in CLOCK_TZ), one run after
+# another. Debian's libfaketime shifts the wall clock of pytest and of the servers and workers it starts by one
+# offset and lets it tick (.ci/clock/sitecustomize.py works around its broken sleep; Chromium keeps the real
+# clock). The day is near the real one (sign-in cookies last two weeks). Extra pytest arguments: CLOCK_PYTEST.
+CLOCK_TZ ?= $(or $(DJANGO_TIME_ZONE),Asia/Shanghai)
+CLOCK_DAY ?= tomorrow
+CLOCK_TIMES ?= 00:30 04:00 23:59
+CLOCK_PYTEST ?=
+
+test-clock: install
+	@command -v faketime >/dev/null 2>&1 || { echo "faketime not found (Debian: apt-get install faketime)" >&2; exit 1; }
+	@failed=""; for at in $(CLOCK_TIMES); do \
+	  started=$$(date +%s); target=$$(TZ=$(CLOCK_TZ) date -d "$(CLOCK_DAY) $$at" +%s) || exit 2; \
+	  echo "== make test-clock: the suite at $$(TZ=$(CLOCK_TZ) date -d @$$target '+%F %H:%M %Z') ($(CLOCK_TZ))"; \
+	  TZ=$(CLOCK_TZ) FAKETIME_DONT_FAKE_MONOTONIC=1 PYTHONPATH=$(CURDIR)/.ci/clock$${PYTHONPATH:+:$$PYTHONPATH} \
+	    faketime -f "$$(printf '%+d' $$((target - started)))s" $(VENV)/bin/pytest $(CLOCK_PYTEST) || failed="$$failed $$at"; \
+	  echo "== make test-clock: the run at $$at took $$(( $$(date +%s) - started )) s"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "make test-clock: failed at$$failed ($(CLOCK_TZ))" >&2; exit 1; fi
+
 bench: install
 	$(PY) bench/retrieval.py
 
@@ -46,6 +66,9 @@ bench-load: install
 
 bench-ops: install
 	$(PY) bench/ops.py
+
+bench-cli: install
+	$(PY) bench/cli.py
 
 clean:
 	rm -rf $(VENV)

@@ -7,6 +7,7 @@ OpenAI-compatible embedding endpoint is a real HTTP server on 127.0.0.1 started 
 from __future__ import annotations
 
 import contextlib
+import datetime
 import json
 import re
 import os
@@ -24,6 +25,30 @@ import pytest
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 FIXTURE_CORPUS = Path(__file__).resolve().parent / "rag" / "tests" / "fixtures"
+
+
+def pytest_report_header(config):
+    """The wall clock the run sees (`make test-clock` sets it with faketime), in the project's time zone."""
+    from django.utils import timezone
+
+    return f"clock: {timezone.localtime():%Y-%m-%d %H:%M:%S %Z} ({timezone.get_current_timezone_name()})"
+
+
+# -- the clock ---------------------------------------------------------------------------------------
+
+
+def local_moment(text: str) -> datetime.datetime:
+    """An aware moment on the project's wall clock (settings.TIME_ZONE) from "YYYY-MM-DD HH:MM[:SS]".
+
+    A test whose result depends on the time (local days, hour windows, TTLs, staleness) freezes the clock at
+    such a moment with time-machine, so it gives the same result at any hour and day:
+    `@pytest.mark.time_machine(local_moment("2026-03-10 08:30"), tick=False)`, moved on with the
+    `time_machine` fixture (`time_machine.shift(seconds)`, `time_machine.move_to(moment)`). It freezes this
+    process only: tests that read the clock in a live server or worker use relative times.
+    """
+    from django.utils import timezone
+
+    return timezone.make_aware(datetime.datetime.fromisoformat(text), timezone.get_default_timezone())
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -9,14 +9,17 @@ from django.utils import timezone
 from apikeys.models import ApiKey
 from apikeys.services import (
     FAILED_ATTEMPTS_LIMIT,
+    LAST_USED_PRECISION,
     api_key_authenticate,
     api_key_issue,
     api_key_revoke,
     api_key_rotate,
 )
+from conftest import local_moment
 from rag.errors import ServiceError
 
-pytestmark = pytest.mark.django_db
+NOW = local_moment("2026-03-10 10:00")  # expiry and last use are read on a clock frozen here
+pytestmark = [pytest.mark.django_db, pytest.mark.time_machine(NOW, tick=False)]
 
 
 def test_an_issued_key_is_stored_only_as_a_hash(owner):
@@ -33,7 +36,21 @@ def test_authentication_records_when_a_key_was_last_used(owner):
 
     api_key_authenticate(raw=key)
 
-    assert ApiKey.objects.get(pk=record.pk).last_used_at is not None
+    assert ApiKey.objects.get(pk=record.pk).last_used_at == NOW
+
+
+def test_last_use_is_written_at_most_once_a_minute(owner, time_machine):
+    record, key = api_key_issue(owner=owner, name="cursor")
+    api_key_authenticate(raw=key)
+
+    time_machine.shift(LAST_USED_PRECISION - 1)
+    api_key_authenticate(raw=key)
+    within = ApiKey.objects.get(pk=record.pk).last_used_at
+    time_machine.shift(1)
+    api_key_authenticate(raw=key)
+
+    assert within == NOW
+    assert ApiKey.objects.get(pk=record.pk).last_used_at == NOW + timezone.timedelta(seconds=LAST_USED_PRECISION)
 
 
 @pytest.mark.parametrize("raw", [None, "", "nonsense", "rkabc_def", "Bearer x"])
@@ -63,13 +80,15 @@ def test_a_revoked_key_stops_working_at_once(owner):
     assert "revoked" in raised.value.message
 
 
-def test_an_expired_key_stops_working(owner):
-    record, key = api_key_issue(owner=owner, name="ci", expires_at=timezone.now() - timezone.timedelta(seconds=1))
+def test_an_expired_key_stops_working(owner, time_machine):
+    record, key = api_key_issue(owner=owner, name="ci", expires_at=NOW + timezone.timedelta(seconds=1))
+    before = api_key_authenticate(raw=key)
+
+    time_machine.shift(1)  # the moment it expires
 
     with pytest.raises(ServiceError) as raised:
         api_key_authenticate(raw=key)
-
-    assert "expired" in raised.value.message and record.state == "expired"
+    assert before == record and "expired" in raised.value.message and record.state == "expired"
 
 
 def test_rotation_revokes_the_old_key_and_issues_a_new_one_with_the_same_limits(owner):

@@ -5,13 +5,16 @@ from __future__ import annotations
 import datetime
 
 import pytest
-from django.utils import timezone
 
 from apikeys.models import ApiKeyUsage
 from apikeys.services import api_key_admit_call, api_key_issue, api_key_revoke, api_key_usage_settle
+from conftest import local_moment
 from rag.errors import ServiceError
 
-pytestmark = pytest.mark.django_db
+# Usage is counted per local day and rate-limited per clock minute: every test runs at one fixed moment,
+# 15 s before a new minute and 13:59:15 before local midnight (and the boundary tests cross them on purpose).
+TODAY = datetime.date(2026, 3, 10)
+pytestmark = [pytest.mark.django_db, pytest.mark.time_machine(local_moment("2026-03-10 10:00:45"), tick=False)]
 
 
 def test_calls_are_counted_per_tool_and_day(owner):
@@ -22,7 +25,7 @@ def test_calls_are_counted_per_tool_and_day(owner):
     api_key_admit_call(key=key, tool="ask_sdk_docs")
 
     assert headers == {}  # no limits on this key
-    rows = {r.tool: r.calls for r in ApiKeyUsage.objects.filter(key=key, day=timezone.localdate())}
+    rows = {r.tool: r.calls for r in ApiKeyUsage.objects.filter(key=key, day=TODAY)}
     assert rows == {"search_sdk_docs": 2, "ask_sdk_docs": 1}
 
 
@@ -37,7 +40,7 @@ def test_the_rate_limit_refuses_the_call_after_the_limit_with_retry_after(owner)
     assert (first["RateLimit-Limit"], first["RateLimit-Remaining"]) == ("2", "1")
     assert second["RateLimit-Remaining"] == "0"
     assert refused.value.code == "rate_limited" and refused.value.status == 429
-    assert 1 <= int(refused.value.headers["Retry-After"]) <= 60
+    assert refused.value.headers["Retry-After"] == "15"  # the minute ends at 10:01:00
     assert refused.value.headers["RateLimit-Remaining"] == "0"
     assert ApiKeyUsage.objects.filter(key=key, tool="ask_sdk_docs").first() is None  # refused: not counted
 
@@ -53,7 +56,7 @@ def test_the_daily_quota_counts_all_tools_and_a_refused_call_is_not_counted(owne
 
     assert (last["RateLimit-Limit"], last["RateLimit-Remaining"]) == ("3", "0")
     assert refused.value.code == "quota_exceeded" and refused.value.status == 429
-    assert 0 < int(refused.value.headers["Retry-After"]) <= 24 * 3600
+    assert refused.value.headers["Retry-After"] == str(13 * 3600 + 59 * 60 + 15)  # until local midnight
     assert sum(ApiKeyUsage.objects.filter(key=key).values_list("calls", flat=True)) == 3
 
 
@@ -67,13 +70,41 @@ def test_the_tighter_limit_is_the_one_reported(owner):
 
 def test_yesterdays_calls_do_not_count_against_todays_quota(owner):
     key, _ = api_key_issue(owner=owner, name="ide", daily_quota=1)
-    ApiKeyUsage.objects.create(key=key, day=timezone.localdate() - datetime.timedelta(days=1), tool="ask_sdk_docs",
+    ApiKeyUsage.objects.create(key=key, day=TODAY - datetime.timedelta(days=1), tool="ask_sdk_docs",
                                calls=50)
 
     api_key_admit_call(key=key, tool="ask_sdk_docs")
 
     with pytest.raises(ServiceError):
         api_key_admit_call(key=key, tool="ask_sdk_docs")
+
+
+@pytest.mark.time_machine(local_moment("2026-03-10 23:59:59"), tick=False)
+def test_the_daily_quota_refills_at_local_midnight(owner, time_machine):
+    key, _ = api_key_issue(owner=owner, name="ide", daily_quota=1)
+    api_key_admit_call(key=key, tool="ask_sdk_docs")
+    with pytest.raises(ServiceError) as refused:
+        api_key_admit_call(key=key, tool="ask_sdk_docs")
+
+    time_machine.shift(1)  # 00:00:00 local time
+    headers = api_key_admit_call(key=key, tool="ask_sdk_docs")
+
+    assert refused.value.headers["Retry-After"] == "1"
+    assert headers["RateLimit-Remaining"] == "0" and headers["RateLimit-Reset"] == str(24 * 3600)
+    assert sorted(ApiKeyUsage.objects.filter(key=key).values_list("day", "calls")) == [
+        (TODAY, 1), (TODAY + datetime.timedelta(days=1), 1)]
+
+
+def test_a_new_minute_opens_a_new_rate_window(owner, time_machine):
+    key, _ = api_key_issue(owner=owner, name="ide", rate_limit_per_minute=1)
+    api_key_admit_call(key=key, tool="search_sdk_docs")
+    with pytest.raises(ServiceError):
+        api_key_admit_call(key=key, tool="search_sdk_docs")
+
+    time_machine.shift(15)  # 10:01:00
+    headers = api_key_admit_call(key=key, tool="search_sdk_docs")
+
+    assert (headers["RateLimit-Remaining"], headers["RateLimit-Reset"]) == ("0", "60")
 
 
 def test_settling_adds_tokens_and_failures(owner):
@@ -98,7 +129,7 @@ def test_the_owner_reads_the_keys_usage_with_the_key(client, owner):
     assert response.status_code == 200
     assert (body["key"], body["state"], body["daily_quota"]) == (key.prefix, "active", 10)
     assert body["today"]["calls"] == 1 and body["today"]["remaining"] == 9
-    assert body["usage"] == [{"day": timezone.localdate().isoformat(), "tool": "ask_sdk_docs", "calls": 1,
+    assert body["usage"] == [{"day": TODAY.isoformat(), "tool": "ask_sdk_docs", "calls": 1,
                               "failures": 0, "prompt_tokens": 7, "completion_tokens": 3}]
     assert secret not in response.content.decode()
 

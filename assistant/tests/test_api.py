@@ -7,12 +7,15 @@ from django.core.cache import cache
 
 from assistant.models import Feedback, TokenPool
 from assistant.services import WebTokenPool, token_pool_today
+from conftest import local_moment
 from rag.errors import ServiceError
 from rag.models import RequestRecord
 from rag.pipeline import reset_engine
 from rag.tests.conftest import make_built_kb
 
 pytestmark = pytest.mark.django_db
+# The web token pool is a local day's: its tests read it at a fixed moment (one crosses midnight on purpose).
+POOL_DAY = pytest.mark.time_machine(local_moment("2026-03-10 12:00"), tick=False)
 
 
 @pytest.fixture
@@ -74,13 +77,16 @@ def test_a_body_of_the_wrong_shape_is_a_400_and_is_not_a_question(client, kb, pa
     ({"question": ""}, "invalid_question"), ({"question": "   "}, "invalid_question"),
     ({"question": "x" * 2001}, "question_too_long"), ({"question": "fov", "top_k": 0}, "invalid_top_k"),
     ({"question": "fov", "top_k": 51}, "invalid_top_k"), ({"question": "fov", "exclude": [""]}, "invalid_exclude"),
+    ({"question": "fov\x00"}, "invalid_question"), ({"question": "fov", "kb": ""}, "invalid_kb"),
 ])
 def test_a_question_with_bad_values_is_a_400_with_the_service_code_and_a_failure_record(client, kb, payload, code):
     response = post(client, "/api/search", payload)
 
-    assert (response.status_code, response.json()["code"]) == (400, code)
+    body = response.json()
+    assert (response.status_code, body["code"]) == (400, code)
     record = RequestRecord.objects.get()
     assert (record.channel, record.error_code, record.outcome) == ("web", code, "failed")
+    assert body["request_id"] == record.request_id and "\x00" not in record.question
 
 
 def test_an_unknown_knowledge_base_is_a_404(client, kb):
@@ -89,6 +95,7 @@ def test_an_unknown_knowledge_base_is_a_404(client, kb):
     assert (response.status_code, response.json()["code"]) == (404, "kb_not_found")
 
 
+@POOL_DAY
 def test_chat_with_a_model_cites_evidence_and_spends_the_pool(client, kb, with_model):
     with_model.default_text = "默认值是 50 [1]。"
 
@@ -136,6 +143,7 @@ def test_a_failing_model_opens_the_breaker_and_answers_degraded_with_evidence(cl
     assert RequestRecord.objects.filter(degraded=True).count() == 3
 
 
+@POOL_DAY
 def test_a_spent_pool_answers_429_without_calling_the_model(client, kb, with_model):
     pool = token_pool_today()
     pool.spent = pool.limit
@@ -148,6 +156,7 @@ def test_a_spent_pool_answers_429_without_calling_the_model(client, kb, with_mod
     assert RequestRecord.objects.get().error_code == "token_pool_exhausted"
 
 
+@POOL_DAY
 def test_answers_in_flight_cannot_overspend_the_pool(settings, db):
     settings.RAG_WEB_TOKEN_POOL = 10_000
     settings.RAG_WEB_TOKEN_ESTIMATE = 4_000
@@ -162,6 +171,23 @@ def test_answers_in_flight_cannot_overspend_the_pool(settings, db):
 
     assert raised.value.code == "token_pool_exhausted"
     assert TokenPool.objects.get().spent == 3_500
+
+
+@pytest.mark.time_machine(local_moment("2026-03-10 23:59:59"), tick=False)
+def test_the_pool_refills_at_local_midnight(settings, db, time_machine):
+    settings.RAG_WEB_TOKEN_POOL = 5_000
+    settings.RAG_WEB_TOKEN_ESTIMATE = 4_000
+    with WebTokenPool().reserve() as answer:
+        answer.settle(4_000)
+    with pytest.raises(ServiceError), WebTokenPool().reserve():  # 1,000 left today: not enough for an answer
+        pass
+
+    time_machine.shift(1)  # 00:00:00 local time
+    with WebTokenPool().reserve() as answer:
+        answer.settle(100)
+
+    assert sorted((p.day.isoformat(), p.spent) for p in TokenPool.objects.all()) == [
+        ("2026-03-10", 4_000), ("2026-03-11", 100)]
 
 
 def test_thumbs_down_is_csrf_protected_and_recorded_once(kb):

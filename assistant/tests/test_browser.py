@@ -34,9 +34,12 @@ def browser(monkeypatch):
     # Playwright's sync API keeps an event loop on this thread; the test's own ORM calls are plain sync.
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
+    # Chromium hangs under libfaketime, which `make test-clock` preloads into every process: the browser alone
+    # keeps the real clock (the clock runs stay days from it, well within the sign-in cookie's two weeks).
+    real_clock = {name: value for name, value in os.environ.items() if name != "LD_PRELOAD"}
     with sync_playwright() as playwright:
         instance = playwright.chromium.launch(
-            executable_path=CHROMIUM, headless=True,
+            executable_path=CHROMIUM, headless=True, env=real_clock,
             args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                   "--disable-sync", "--no-first-run"])
         yield instance

@@ -9,6 +9,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
+from conftest import local_moment
 from evaluation.models import EvalResult, EvalRun, GoldenDraft, GoldenSet
 from evaluation.services.golden import (
     draft_add, draft_from_request, golden_export, golden_import, golden_matches, golden_new_version,
@@ -129,12 +130,16 @@ def test_cancel_stops_a_run_between_questions(kb, retrieval_set):
     assert run.status == "cancelled" and run.results.count() == 0
 
 
+CRASH_CHECKED_AT = local_moment("2026-03-10 10:00")
+
+
+@pytest.mark.time_machine(CRASH_CHECKED_AT, tick=False)
 def test_a_crashed_worker_leaves_the_run_failed_and_a_retry_resumes_without_double_counting(
         kb, retrieval_set, settings, django_capture_on_commit_callbacks):
     run = eval_run_create(golden_set=retrieval_set)
     eval_run_execute(run.pk)
     EvalResult.objects.filter(run=run, item__item_id__in=["r-4", "r-5"]).delete()  # the worker died before these
-    stale = timezone.now() - timezone.timedelta(seconds=settings.RAG_EVAL_STALE_SECONDS + 5)
+    stale = CRASH_CHECKED_AT - timezone.timedelta(seconds=settings.RAG_EVAL_STALE_SECONDS + 5)
     EvalRun.objects.filter(pk=run.pk).update(status="running", verdict="", heartbeat_at=stale, done=3)
 
     assert eval_runs_reap() == 1

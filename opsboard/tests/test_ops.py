@@ -13,14 +13,18 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from assistant.models import Feedback
-from conftest import JsonHandler, serve_on_loopback
+from conftest import JsonHandler, local_moment, serve_on_loopback
 from opsboard import selectors
 from opsboard.models import AlertEvent, DailyReport
 from opsboard.services import alerts_evaluate, daily_report_build
-from rag.models import RequestRecord
+from rag.models import Channel, RequestRecord
 from rag.tests.conftest import make_built_kb
 
-pytestmark = pytest.mark.django_db
+# Every test reads the site at one fixed moment, the morning after the fixture day: "yesterday" is that day, its
+# hours 9 and 14 fall in the 24-hour window, and windows, rollups and query counts never depend on the wall clock.
+DAY = datetime.date(2026, 3, 9)
+NOW = local_moment("2026-03-10 08:30")
+pytestmark = [pytest.mark.django_db, pytest.mark.time_machine(NOW, tick=False)]
 
 XSS = "<img src=x onerror=alert(1)>"
 PAGES = ["/ops/", "/ops/?window=7d", "/ops/eval-traffic", "/ops/requests", "/ops/live", "/ops/live.json",
@@ -35,10 +39,13 @@ def ops_user(name="oncall", group="ops"):
 
 
 def record(n: int, *, at, channel="web", kind="chat", error="", hits=3, confidence="high", degraded=False,
-           latency=40.0, prompt=0, completion=0, question=None, key="", thumbs=False) -> RequestRecord:
+           latency=40.0, prompt=0, completion=0, question=None, key="", thumbs=False, outcome=None) -> RequestRecord:
+    """A stored request with the outcome the question service gives such fields (or the one named)."""
+    outcome = outcome or ("failed" if error else "empty" if not hits else "degraded" if degraded
+                          else "low" if confidence == "low" else "ok")
     row = RequestRecord.objects.create(
         request_id=f"req_{channel}_{n}", channel=channel, kind=kind, kb="sdk", question=question or f"question {n}",
-        error_code=error, hit_count=hits, confidence=confidence, degraded=degraded, latency_ms=latency,
+        error_code=error, hit_count=hits, confidence=confidence, degraded=degraded, latency_ms=latency, outcome=outcome,
         prompt_tokens=prompt, completion_tokens=completion, api_key_prefix=key,
         adopted=[{"chunk_id": f"c{i}", "class_name": "Clock", "member": "", "source": "Clock.md", "score": 1.0}
                  for i in range(hits)])
@@ -50,10 +57,8 @@ def record(n: int, *, at, channel="web", kind="chat", error="", hits=3, confiden
 
 @pytest.fixture
 def day():
-    """A fixed local day, yesterday, with its start as an aware datetime."""
-    date = timezone.localdate() - datetime.timedelta(days=1)
-    start = datetime.datetime.combine(date, datetime.time(), tzinfo=timezone.get_current_timezone())
-    return date, start
+    """The fixture day (yesterday on the frozen clock), with its start as an aware datetime."""
+    return DAY, local_moment(f"{DAY} 00:00")
 
 
 @pytest.fixture
@@ -122,11 +127,14 @@ def test_the_hourly_series_puts_each_request_in_its_hour(fixture_day):
 
 def test_the_top_failing_questions_come_from_the_channel_only(fixture_day):
     record(20, at=fixture_day + datetime.timedelta(hours=20), question="question 3", error="timeout", hits=0)
+    record(21, at=fixture_day + datetime.timedelta(hours=20), question="你好", hits=0, confidence="none",
+           outcome="chitchat")  # got its fixed reply: not a failure
 
-    top = selectors.top_failing_questions("web", fixture_day, fixture_day + datetime.timedelta(days=1))
+    top = selectors.top_failing_questions(["web"], fixture_day, fixture_day + datetime.timedelta(days=1))["web"]
 
     assert top[0] == {"question": "question 3", "times": 2}
-    assert {t["question"] for t in top} == {"question 2", "question 3", "question 4", "question 9"}
+    # thumbs-down (2), failed (3), empty (4), low confidence (9), degraded (10); the MCP failure is not here
+    assert {t["question"] for t in top} == {"question 2", "question 3", "question 4", "question 9", "question 10"}
 
 
 def test_the_request_list_filters_and_pages(client, fixture_day):
@@ -177,10 +185,12 @@ def test_pages_use_a_fixed_number_of_queries(client, fixture_day, django_assert_
                       ("/ops/reports", 8)]:
         with django_assert_max_num_queries(most):
             assert client.get(url).status_code == 200
-    for n in range(40):  # more rows must not mean more queries
-        record(200 + n, at=fixture_day, key="rkmany")
+    for n in range(40):  # more rows (inside the 24-hour window too) must not mean more queries
+        record(200 + n, at=fixture_day + datetime.timedelta(hours=14), key="rkmany")
     with django_assert_max_num_queries(10):
         client.get("/ops/requests")
+    with django_assert_max_num_queries(14):
+        client.get("/ops/")
 
 
 def test_the_trace_shows_plan_routes_evidence_prompt_and_feedback(client, corpus_copy):
@@ -253,7 +263,7 @@ def test_an_alert_fires_is_recorded_shown_and_sent_then_resolves(client, setting
     Webhook.received = []
     with serve_on_loopback(Webhook) as url:
         settings.RAG_ALERTS = {**settings.RAG_ALERTS, "WEBHOOK_URL": url, "MIN_REQUESTS": 5, "FAILURE_RATE": 0.2}
-        now = timezone.now()
+        now = NOW
         for n in range(6):
             record(300 + n, at=now, error="timeout" if n < 3 else "", hits=0 if n < 3 else 3)
 
@@ -267,7 +277,7 @@ def test_an_alert_fires_is_recorded_shown_and_sent_then_resolves(client, setting
         client.force_login(ops_user())
         assert "Alert: failure_rate" in client.get("/ops/requests").content.decode()
 
-        RequestRecord.objects.update(error_code="", hit_count=3)
+        RequestRecord.objects.update(error_code="", hit_count=3, outcome="ok")
         assert alerts_evaluate() == []
         assert AlertEvent.objects.get(rule="failure_rate").resolved_at is not None
 
@@ -275,7 +285,7 @@ def test_an_alert_fires_is_recorded_shown_and_sent_then_resolves(client, setting
 def test_a_webhook_that_fails_is_recorded_not_raised(settings):
     settings.RAG_ALERTS = {**settings.RAG_ALERTS, "WEBHOOK_URL": "http://127.0.0.1:9/none", "MIN_REQUESTS": 1,
                            "FAILURE_RATE": 0.1}
-    record(400, at=timezone.now(), error="timeout", hits=0)
+    record(400, at=NOW, error="timeout", hits=0)
 
     alerts_evaluate()
 
@@ -285,7 +295,7 @@ def test_a_webhook_that_fails_is_recorded_not_raised(settings):
 
 def test_too_few_requests_never_fire_a_rate_alert(settings):
     settings.RAG_ALERTS = {**settings.RAG_ALERTS, "MIN_REQUESTS": 20}
-    record(500, at=timezone.now(), error="timeout", hits=0)
+    record(500, at=NOW, error="timeout", hits=0)
 
     assert alerts_evaluate() == []
 
@@ -308,7 +318,7 @@ def test_the_live_status_counts_in_flight_and_recent_problems(client, corpus_cop
     from rag import live
 
     make_built_kb(corpus_copy)
-    now = timezone.now()
+    now = NOW
     record(600, at=now - datetime.timedelta(minutes=2), error="timeout", hits=0)
     record(601, at=now - datetime.timedelta(minutes=30), latency=9000)
     client.force_login(ops_user())
@@ -331,20 +341,20 @@ def test_rolled_up_hours_give_the_same_numbers_as_the_live_rows(fixture_day):
     live_web = selectors.channel_totals("web", start, end)
     live_days = selectors.channel_series("mcp", start, end, "day")
 
-    written = rollup_hours(hours=72)
+    written = rollup_hours(hours=72, now=NOW)
     Feedback.objects.create(request=RequestRecord.objects.get(request_id="req_web_6"), reason="late")  # after
 
-    assert written == HourStat.objects.count() == 72 * 3  # every hour and channel, quiet ones included
+    assert written == HourStat.objects.count() == 72 * len(Channel)  # every hour and channel, quiet ones too
     assert HourStat.objects.filter(channel="web", requests__gt=0).count() == 2  # hours 9 and 14
     rolled = selectors.channel_totals("web", start, end)
     assert {**rolled, "thumbs_down": rolled["thumbs_down"] - 1, "thumbs_down_rate": None} == {
         **live_web, "thumbs_down_rate": None}  # the late thumbs-down is counted live
     assert selectors.channel_series("mcp", start, end, "day") == live_days
-    assert rollup_hours(hours=72) == 3  # only the latest closed hour is written again, for each channel
+    assert rollup_hours(hours=72, now=NOW) == len(Channel)  # only the latest closed hour is written again, per channel
 
 
 def test_a_text_search_looks_back_a_week_unless_told_otherwise(client):
-    old = timezone.now() - datetime.timedelta(days=20)
+    old = NOW - datetime.timedelta(days=20)
     record(700, at=old, question="an old question about fog")
     client.force_login(ops_user())
 

@@ -7,7 +7,11 @@ import time
 import pytest
 from django.core.cache import cache
 
+from conftest import local_moment
 from rag import live
+
+# Snapshots expire after live.TTL seconds (the cache reads time.time): the clock is frozen, and moved on purpose.
+pytestmark = pytest.mark.time_machine(local_moment("2026-03-10 10:00"), tick=False)
 
 
 @pytest.fixture(autouse=True)
@@ -48,3 +52,14 @@ def test_numbers_of_all_live_processes_are_added_and_silent_ones_drop_out():
     snapshot = live.snapshot()
 
     assert snapshot == {"in_flight": {"mcp": 3}, "gauges": {"mcp_sessions": 7}, "processes": 2}
+
+
+def test_a_process_that_stops_publishing_drops_out_after_the_ttl(time_machine):
+    with live.in_flight("web"):  # published once on entry, then silent (as a process that hangs or died)
+        time_machine.shift(live.TTL - 1)
+        alive = live.snapshot()
+        time_machine.shift(1)
+        gone = live.snapshot()
+
+    assert (alive["in_flight"], alive["processes"]) == ({"web": 1}, 1)
+    assert (gone["in_flight"], gone["processes"]) == ({}, 0)

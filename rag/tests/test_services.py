@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from conftest import local_moment
 from rag.engine.ingest import read_folder
 from rag.errors import ServiceError
 from rag.models import ClassAlias, Document, IndexVersion, KnowledgeBase
@@ -175,11 +176,18 @@ def test_a_build_is_refused_while_another_runs(built_kb):
     assert (raised.value.code, raised.value.status) == ("index_build_running", 409)
 
 
+BUILD_CHECKED_AT = local_moment("2026-03-10 10:00")
+
+
+@pytest.mark.time_machine(BUILD_CHECKED_AT)  # ticking from there: the builds keep their order
 def test_a_build_whose_worker_died_is_marked_failed_and_blocks_nothing(built_kb):
-    from django.utils import timezone
+    import datetime
+
+    from rag.services.knowledge import STALE_BUILD_SECONDS
 
     dead = IndexVersion.objects.create(kb=built_kb, name="dead", model_id="m")
-    IndexVersion.objects.filter(pk=dead.pk).update(heartbeat_at=timezone.now() - timezone.timedelta(hours=1))
+    silent = BUILD_CHECKED_AT - datetime.timedelta(seconds=STALE_BUILD_SECONDS + 1)
+    IndexVersion.objects.filter(pk=dead.pk).update(heartbeat_at=silent)
 
     version = index_build(built_kb)
 
