@@ -3,10 +3,15 @@
 Each process keeps its own counters and publishes them to the shared Django cache (Redis in production,
 a file cache on one machine) under its own key, with a short expiry; readers add up the live entries.
 A process that dies simply stops publishing, so its numbers drop out within `TTL` seconds.
+
+A request that starts is published at once; one that ends is published within `LINGER` seconds, or
+sooner by the next start (or a read of this process's snapshot, or the process's exit), so a run of short
+requests (a `rag search -` batch) costs one cache write each instead of two.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import socket
 import threading
@@ -17,12 +22,17 @@ from contextlib import contextmanager
 from django.core.cache import cache
 
 TTL = 30  # seconds a published snapshot counts; busy processes republish on every change
+LINGER = 0.05  # seconds the end of a request may wait to be published
 REGISTRY_KEY = "rag:live:processes"
 PROCESS = f"{socket.gethostname()}:{os.getpid()}"
 
 _lock = threading.Lock()
+_publishing = threading.Lock()  # one write at a time, so an older snapshot never overwrites a newer one
 _in_flight: Counter[str] = Counter()
 _gauges: dict[str, int] = {}
+_stale = False  # the counters changed since the last publish (a request ended)
+_ended = threading.Event()
+_flusher: threading.Thread | None = None
 
 
 def _key(process: str) -> str:
@@ -31,16 +41,48 @@ def _key(process: str) -> str:
 
 def publish() -> None:
     """Write this process's counters to the cache and make sure the process is listed."""
+    global _stale
+    with _publishing:
+        with _lock:
+            snapshot = {"in_flight": {k: v for k, v in _in_flight.items() if v}, "gauges": dict(_gauges),
+                        "at": time.time()}
+            _stale = False
+        cache.set(_key(PROCESS), snapshot, TTL)
+        registry = cache.get(REGISTRY_KEY) or {}
+        now = time.time()
+        if registry.get(PROCESS, 0) < now - TTL / 2:  # rewrite the list at most a few times per TTL
+            registry = {p: at for p, at in registry.items() if at > now - 10 * TTL}
+            registry[PROCESS] = now
+            cache.set(REGISTRY_KEY, registry, None)
+
+
+def flush() -> None:
+    """Publish now if a request ended since the last publish."""
+    if _stale:
+        publish()
+
+
+def _publish_soon() -> None:
+    """Publish within LINGER seconds, unless something publishes first."""
+    global _stale, _flusher
     with _lock:
-        snapshot = {"in_flight": {k: v for k, v in _in_flight.items() if v}, "gauges": dict(_gauges),
-                    "at": time.time()}
-    cache.set(_key(PROCESS), snapshot, TTL)
-    registry = cache.get(REGISTRY_KEY) or {}
-    now = time.time()
-    if registry.get(PROCESS, 0) < now - TTL / 2:  # rewrite the list at most a few times per TTL
-        registry = {p: at for p, at in registry.items() if at > now - 10 * TTL}
-        registry[PROCESS] = now
-        cache.set(REGISTRY_KEY, registry, None)
+        _stale = True
+        if _flusher is None or not _flusher.is_alive():  # first use, or a forked child
+            _flusher = threading.Thread(target=_flush_loop, name="rag-live", daemon=True)
+            _flusher.start()
+    _ended.set()
+
+
+def _flush_loop() -> None:
+    pause = threading.Event()  # waits on the monotonic clock, whatever the wall clock does
+    while True:
+        _ended.wait()
+        _ended.clear()
+        pause.wait(LINGER)
+        flush()
+
+
+atexit.register(flush)
 
 
 @contextmanager
@@ -54,7 +96,7 @@ def in_flight(channel: str):
     finally:
         with _lock:
             _in_flight[channel] -= 1
-        publish()
+        _publish_soon()
 
 
 def set_gauge(name: str, value: int) -> None:
@@ -64,6 +106,7 @@ def set_gauge(name: str, value: int) -> None:
 
 def snapshot() -> dict:
     """The sum over live processes: `{"in_flight": {channel: n}, "gauges": {name: n}, "processes": n}`."""
+    flush()  # this process's own numbers as they are now
     registry = cache.get(REGISTRY_KEY) or {}
     entries = cache.get_many([_key(p) for p in registry])
     in_flight_total: Counter[str] = Counter()

@@ -548,5 +548,6 @@ def top_positions(scores: np.ndarray, k: int, mask: np.ndarray | None = None) ->
         return [], []
     candidates = np.argpartition(-scores, k - 1)[:k]
     ordered = candidates[np.argsort(-scores[candidates], kind="stable")]
-    ordered = [int(i) for i in ordered if np.isfinite(scores[i])]
-    return ordered, [float(scores[i]) for i in ordered]
+    values = scores[ordered]
+    finite = np.isfinite(values)
+    return ordered[finite].tolist(), values[finite].tolist()

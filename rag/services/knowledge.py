@@ -8,8 +8,7 @@ import time
 from pathlib import Path
 
 from django.conf import settings
-from django.db import transaction
-from django.db.models import Q
+from django.db import connection, transaction
 from django.utils import timezone
 
 from rag.engine.chunk import chunk_documents
@@ -31,6 +30,35 @@ def kb_get(slug: str) -> KnowledgeBase:
         return KnowledgeBase.objects.select_related("active_version").get(slug=slug)
     except KnowledgeBase.DoesNotExist:
         raise ServiceError("kb_not_found", f"Knowledge base {slug!r} does not exist.", status=404) from None
+
+
+_current: dict[str, tuple[tuple, KnowledgeBase]] = {}  # slug -> (marker, row) for kb_get_current
+
+
+def kb_get_current(slug: str) -> KnowledgeBase:
+    """Return the knowledge base with its active version, like kb_get, for a question (read it, never change it).
+
+    The row read for an earlier question is reused while a one-line query finds it unchanged (its id,
+    update time and active version): a batch asks many questions, and the ORM's join costs more than the
+    rest of the bookkeeping, while a reindex or the admin may switch the version between two of them.
+    """
+    kb_table, version_table = KnowledgeBase._meta.db_table, IndexVersion._meta.db_table
+    quote = connection.ops.quote_name
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT kb.id, kb.updated_at, kb.active_version_id, v.name, v.status, v.built_at "
+            f"FROM {quote(kb_table)} kb LEFT JOIN {quote(version_table)} v ON v.id = kb.active_version_id "
+            f"WHERE kb.slug = %s", [slug])
+        marker = cursor.fetchone()
+    if marker is None:
+        raise ServiceError("kb_not_found", f"Knowledge base {slug!r} does not exist.", status=404)
+    marker = tuple(marker)
+    cached = _current.get(slug)
+    if cached is not None and cached[0] == marker:
+        return cached[1]
+    knowledge_base = kb_get(slug)
+    _current[slug] = (marker, knowledge_base)
+    return knowledge_base
 
 
 def kb_ensure(*, slug: str, source_dir: str | None = None, language: str | None = None) -> KnowledgeBase:
@@ -223,8 +251,11 @@ def index_prune(kb: KnowledgeBase, *, keep: int | None = None) -> list[str]:
 
 def aliases_for(kb: KnowledgeBase) -> dict[str, str]:
     """The alias table for a knowledge base: the global entries, overridden by the base's own."""
-    rows = ClassAlias.objects.filter(Q(kb__isnull=True) | Q(kb=kb)).values_list(
-        "alias", "class_name", "kb_id")
+    # Read on every question, so in plain SQL: the ORM would cost more than the query.
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT alias, class_name, kb_id FROM {connection.ops.quote_name(ClassAlias._meta.db_table)} "
+                       f"WHERE kb_id IS NULL OR kb_id = %s ORDER BY alias", [kb.pk])
+        rows = cursor.fetchall()
     aliases = {alias: name for alias, name, kb_id in rows if kb_id is None}
     aliases.update({alias: name for alias, name, kb_id in rows if kb_id is not None})
     return aliases

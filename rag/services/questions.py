@@ -25,7 +25,7 @@ from rag.engine.types import Answer, SearchResult, Token
 from rag.errors import ServiceError
 from rag.models import Channel, IndexVersion, RequestRecord
 from rag.pipeline import get_engine
-from rag.services.knowledge import aliases_for, kb_get
+from rag.services.knowledge import aliases_for, kb_get_current
 from rag.services.records import MAX_KB_CHARS, MAX_QUESTION_CHARS, new_request_id, request_record_write
 
 MAX_TOP_K = 50
@@ -259,13 +259,13 @@ class _Call:
     def search(self) -> SearchOutcome:
         request = self.request
         question, top_k, mode, exclude = _validated(request)
+        knowledge_base = kb_get_current(self.kb)
+        row = _version_of(knowledge_base, request.version)
         engine = get_engine()
         if mode != "bm25":
-            # Embed on a background thread while the lookups below, the index opening and the planner run;
-            # the planner rarely corrects a question, and a corrected one is embedded again.
+            # Embed on a background thread while the aliases are read, the version opens and the planner
+            # runs; the planner rarely corrects a question, and a corrected one is embedded again.
             engine.queries.prefetch(question)
-        knowledge_base = kb_get(self.kb)
-        row = _version_of(knowledge_base, request.version)
         searcher = engine.searcher(knowledge_base.slug, row.name, aliases_for(knowledge_base))
         result = self.result = searcher.run(question, mode=mode, top_k=top_k, exclude=exclude)
         return SearchOutcome(request_id=self.request_id, question=question, kb=knowledge_base.slug, version=row.name,

@@ -69,6 +69,30 @@ def test_a_knowledge_base_alias_overrides_a_global_one(built_kb):
     assert outcome.result.plan.hinted_classes == ("PerspectiveCamera",)
 
 
+def test_the_next_question_reads_a_version_activated_after_the_last_one(built_kb):
+    before = question_search(ask())
+    newer = index_build(built_kb)  # activates it, as `rag reindex` does while a batch runs
+
+    after = question_search(ask())
+
+    assert (before.version, after.version) == (built_kb.active_version.name, newer.name)
+
+
+def test_the_next_question_reads_aliases_edited_after_the_last_one(built_kb):
+    alias = ClassAlias.objects.create(kb=built_kb, alias="相机", class_name="PerspectiveCamera")
+    first = question_search(ask(question="相机怎么用"))
+    alias.class_name = "OrbitControls"
+    alias.save()
+
+    second = question_search(ask(question="相机怎么用"))
+    alias.delete()
+    third = question_search(ask(question="相机怎么用"))
+
+    assert first.result.plan.hinted_classes == ("PerspectiveCamera",)
+    assert second.result.plan.hinted_classes == ("OrbitControls",)
+    assert third.result.plan.hinted_classes == ()
+
+
 @pytest.mark.parametrize(
     "changes, code",
     [
