@@ -156,9 +156,7 @@ def _answer_whole(request: QuestionRequest) -> AnswerOutcome:
     with _Call(request, Kind.CHAT) as call:
         search = call.search()
         started = time.perf_counter()
-        answer = answer_without_model(search.result.plan, list(search.result.hits),
-                                      excluded_all=bool(request.exclude) and not search.result.hits,
-                                      weak_evidence=search.result.weak_evidence)
+        answer = _answer_without_model(request, search.result)
         if answer is None:
             generator = get_engine().generator
             with _metered(request, generator) as reservation:
@@ -180,9 +178,7 @@ def _answer_events(request: QuestionRequest, cancelled: Callable[[], bool]) -> I
         search = call.search()
         yield RetrievalEvent(search)
         started = time.perf_counter()
-        answer = answer_without_model(search.result.plan, list(search.result.hits),
-                                      excluded_all=bool(request.exclude) and not search.result.hits,
-                                      weak_evidence=search.result.weak_evidence)
+        answer = _answer_without_model(request, search.result)
         if answer is None:
             generator = get_engine().generator
             with _metered(request, generator) as reservation:
@@ -204,6 +200,12 @@ def _answer_events(request: QuestionRequest, cancelled: Callable[[], bool]) -> I
         else:
             yield TokenEvent(answer.text)
         yield FinalEvent(call.answered(search, answer, started))
+
+
+def _answer_without_model(request: QuestionRequest, result: SearchResult) -> Answer | None:
+    """The answers no model is asked for (E7): chitchat, out-of-catalog, and no usable evidence."""
+    return answer_without_model(result.plan, list(result.hits), excluded_all=bool(request.exclude) and not result.hits,
+                                weak_evidence=result.weak_evidence)
 
 
 def question_refused(request: QuestionRequest, *, kind: str, error: ServiceError) -> None:
