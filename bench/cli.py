@@ -157,6 +157,8 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=5, help="one-shot processes of each kind (default 5)")
     parser.add_argument("--batch-runs", type=int, default=3, help="batch measurements (default 3)")
     parser.add_argument("--questions", type=int, default=100, help="questions in the batch (default 100)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="OMP_NUM_THREADS for every measured process (default: as set, else the model's own)")
     args = parser.parse_args()
     golden = SHARED / "golden" / "retrieval.jsonl"
     if not golden.is_file() or not (SHARED / "corpora" / CORPUS).is_dir():
@@ -166,21 +168,25 @@ def main() -> int:
     data_dir = (args.data_dir or base_dir / "bench-cli").resolve()
     env = {**os.environ, "RAG_DATA_DIR": str(data_dir), "OPENBLAS_NUM_THREADS": "1"}
     env.pop("DJANGO_SETTINGS_MODULE", None)
+    if args.threads:
+        env["OMP_NUM_THREADS"] = str(args.threads)
     project = args.project.resolve()
     manage = [sys.executable, str(project / "manage.py")]
     questions = questions_of(golden, args.questions)
     if len(questions) < 2:
         raise SystemExit("the golden set holds fewer than two v3d-api-zh questions")
     version = ensure_index(manage, env, project, args.kb, data_dir)
-    print(f"measuring {project} on {data_dir} (kb {args.kb}, version {version}); {len(questions)} questions",
-          file=sys.stderr, flush=True)
+    print(f"measuring {project} on {data_dir} (kb {args.kb}, version {version}); {len(questions)} questions; "
+          f"OMP_NUM_THREADS={env.get('OMP_NUM_THREADS', 'unset')}, load average {os.getloadavg()[0]:.1f} "
+          f"on {os.cpu_count()} CPUs", file=sys.stderr, flush=True)
 
     shot = one_shot(manage, env, project, args.kb, questions[0], args.runs)
     runs = batch(manage, env, project, args.kb, questions, args.batch_runs)
     fresh = not_migrated(manage, env, project, questions[0])
     report = {
         "project": str(project), "data_dir": str(data_dir), "kb": args.kb, "version": version,
-        "cpus": os.cpu_count(), "python_dont_write_bytecode": bool(os.environ.get("PYTHONDONTWRITEBYTECODE")),
+        "cpus": os.cpu_count(), "load_average": os.getloadavg(), "omp_num_threads": env.get("OMP_NUM_THREADS"),
+        "python_dont_write_bytecode": bool(os.environ.get("PYTHONDONTWRITEBYTECODE")),
         "one_shot": {**shot, "ratio": shot["search_s"] / shot["bare_s"]},
         "batch": {**runs, "ratio": runs["per_question_ms"] / runs["bare_per_question_ms"],
                   "engine_ratio": runs["engine_total_ms_p50"] / runs["bare_per_question_ms"]},

@@ -5,8 +5,9 @@ a file cache on one machine) under its own key, with a short expiry; readers add
 A process that dies simply stops publishing, so its numbers drop out within `TTL` seconds.
 
 A request that starts is published at once; one that ends is published within `LINGER` seconds, or
-sooner by the next start (or a read of this process's snapshot, or the process's exit), so a run of short
-requests (a `rag search -` batch) costs one cache write each instead of two.
+sooner by the next start (or a read of this process's snapshot, or the process's exit). A start that
+leaves the counters as they were last published (the next question of a `rag search -` batch) writes
+nothing while that publication is fresh, so a run of short requests costs no cache write per request.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ _publishing = threading.Lock()  # one write at a time, so an older snapshot neve
 _in_flight: Counter[str] = Counter()
 _gauges: dict[str, int] = {}
 _stale = False  # the counters changed since the last publish (a request ended)
+_published: tuple[dict, float] | None = None  # the counters this process last wrote, and when
 _ended = threading.Event()
 _flusher: threading.Thread | None = None
 
@@ -39,17 +41,20 @@ def _key(process: str) -> str:
     return f"rag:live:{process}"
 
 
-def publish() -> None:
-    """Write this process's counters to the cache and make sure the process is listed."""
-    global _stale
+def publish(*, if_changed: bool = False) -> None:
+    """Write this process's counters to the cache and make sure the process is listed; with `if_changed`,
+    not when the cache holds these very counters, written less than TTL/2 ago."""
+    global _stale, _published
     with _publishing:
         with _lock:
-            snapshot = {"in_flight": {k: v for k, v in _in_flight.items() if v}, "gauges": dict(_gauges),
-                        "at": time.time()}
+            counters = {"in_flight": {k: v for k, v in _in_flight.items() if v}, "gauges": dict(_gauges)}
             _stale = False
-        cache.set(_key(PROCESS), snapshot, TTL)
-        registry = cache.get(REGISTRY_KEY) or {}
         now = time.time()
+        if if_changed and _published is not None and _published[0] == counters and now - _published[1] < TTL / 2:
+            return
+        cache.set(_key(PROCESS), {**counters, "at": now}, TTL)
+        _published = (counters, now)
+        registry = cache.get(REGISTRY_KEY) or {}
         if registry.get(PROCESS, 0) < now - TTL / 2:  # rewrite the list at most a few times per TTL
             registry = {p: at for p, at in registry.items() if at > now - 10 * TTL}
             registry[PROCESS] = now
@@ -90,7 +95,7 @@ def in_flight(channel: str):
     """Count one request of `channel` as running for the duration of the block."""
     with _lock:
         _in_flight[channel] += 1
-    publish()
+    publish(if_changed=True)
     try:
         yield
     finally:

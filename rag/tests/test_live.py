@@ -18,6 +18,7 @@ pytestmark = pytest.mark.time_machine(local_moment("2026-03-10 10:00"), tick=Fal
 def clear_cache():
     cache.clear()
     yield
+    live.flush()  # an end still waiting to be published is not written into the next test's cache
     cache.clear()
     live.set_gauge("mcp_sessions", 0)
 
@@ -63,3 +64,35 @@ def test_a_process_that_stops_publishing_drops_out_after_the_ttl(time_machine):
 
     assert (alive["in_flight"], alive["processes"]) == ({"web": 1}, 1)
     assert (gone["in_flight"], gone["processes"]) == ({}, 0)
+
+
+def own_entry() -> dict:
+    """This process's published counters as another process reads them (snapshot() would publish first)."""
+    return cache.get(f"rag:live:{live.PROCESS}")
+
+
+def test_the_end_of_a_request_reaches_other_processes_soon_after():
+    with live.in_flight("cli"):
+        pass
+    waiting = own_entry()["in_flight"]
+
+    deadline = time.monotonic() + 5  # LINGER, and room for a busy machine
+    while own_entry()["in_flight"] and time.monotonic() < deadline:
+        time.sleep(live.LINGER / 5)
+
+    assert (waiting, own_entry()["in_flight"]) == ({"cli": 1}, {})
+
+
+def test_a_run_of_short_requests_writes_the_cache_once_until_it_ends(monkeypatch):
+    monkeypatch.setattr(live, "LINGER", 1.0)  # no publish between two of these requests, however busy the machine
+    writes = []
+    write = cache.set
+    monkeypatch.setattr(cache, "set", lambda key, *args, **kwargs: (writes.append(key), write(key, *args, **kwargs)))
+
+    for _ in range(5):
+        with live.in_flight("cli"):
+            during = own_entry()["in_flight"]
+    after = live.snapshot()
+
+    assert writes.count(f"rag:live:{live.PROCESS}") == 2  # the first start, and the end when read
+    assert (during, after["in_flight"]) == ({"cli": 1}, {})
