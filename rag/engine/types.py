@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,12 +88,30 @@ class Hit:
     raw_score: float = 0.0
 
 
+class RouteKind(Enum):
+    """A retrieval route; a ranking's name is its kind's value, then the class or member it reads within."""
+
+    DENSE = "dense"  # one vector search over every chunk
+    DENSE_CLASS = "dense:class"  # the same search read within one named class
+    BM25_QUESTION = "bm25:question"  # the whole question
+    BM25_CLASS = "bm25:class"  # the question without the class's own names, within the class
+    BM25_HEAD = "bm25:head"  # the member-name field of a named class
+    BM25_MEMBER = "bm25:member"  # a named member's chunks
+
+    @property
+    def source(self) -> str:
+        """Return the retriever family, "dense" or "bm25", as `Hit.source` names it."""
+        return self.value.partition(":")[0]
+
+
 @dataclass(frozen=True, slots=True)
 class Ranking:
     """One retrieval route's ordered result."""
 
-    name: str  # e.g. "dense", "bm25:question", "bm25:class:Scene"
+    name: str  # e.g. "dense", "bm25:question", "bm25:class:Scene"; request records store routes by it
     hits: tuple[Hit, ...]
+    kind: RouteKind
+    weight: float = 1.0  # its weight in reciprocal rank fusion, set by the retriever from its kind
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,7 @@ from rag.engine.fuse import RRF_K, rrf_fuse
 from rag.engine.index import VersionReader
 from rag.engine.plan import Planner
 from rag.engine.search import MAX_BM25_ROUTES, Searcher
+from rag.engine.types import Chunk, Hit, Ranking, RouteKind
 
 STAGES = {"plan", "bm25", "embed", "embed_cached", "dense", "fuse", "adopt", "total"}
 
@@ -36,29 +37,44 @@ def bm25_routes(result) -> list[str]:
 # -- reciprocal rank fusion --------------------------------------------------------------------------
 
 
+def make_chunk(chunk_id) -> Chunk:
+    return Chunk(chunk_id=str(chunk_id), source="a.md", title="A", class_name="A", class_alias="", member="",
+                 heading_path=("A",), chunk_index=0, part=0, text="")
+
+
+def make_ranking(ids, *, kind=RouteKind.DENSE, weight=1.0) -> Ranking:
+    hits = tuple(Hit(chunk=make_chunk(i), score=0.0, source=kind.source, rank=n) for n, i in enumerate(ids, start=1))
+    return Ranking(name=kind.value, hits=hits, kind=kind, weight=weight)
+
+
+def fuse(*id_lists, weights=None) -> list[tuple[str, float]]:
+    weights = weights or [1.0] * len(id_lists)
+    return rrf_fuse([make_ranking(ids, weight=w) for ids, w in zip(id_lists, weights)])
+
+
 def test_rrf_scores_are_summed_reciprocal_ranks_with_k_60():
-    fused = dict(rrf_fuse([[1, 2], [2, 3]]))
+    fused = dict(fuse([1, 2], [2, 3]))
 
     assert RRF_K == 60
-    assert fused == pytest.approx({1: 1 / 61, 2: 1 / 62 + 1 / 61, 3: 1 / 62})
+    assert fused == pytest.approx({"1": 1 / 61, "2": 1 / 62 + 1 / 61, "3": 1 / 62})
 
 
 def test_items_in_several_rankings_outrank_items_in_one():
-    fused = rrf_fuse([[10, 20, 30], [30, 40], [50, 30]])
+    fused = fuse([10, 20, 30], [30, 40], [50, 30])
 
-    assert [item for item, _ in fused][0] == 30
+    assert [item for item, _ in fused][0] == "30"
 
 
 def test_rrf_ties_break_on_rank_then_ranking_order():
-    assert [item for item, _ in rrf_fuse([[7], [3]])] == [7, 3]
-    assert [item for item, _ in rrf_fuse([[3], [7]])] == [3, 7]
-    assert [item for item, _ in rrf_fuse([[5, 6], [6, 5]])] == [5, 6]
+    assert [item for item, _ in fuse([7], [3])] == ["7", "3"]
+    assert [item for item, _ in fuse([3], [7])] == ["3", "7"]
+    assert [item for item, _ in fuse([5, 6], [6, 5])] == ["5", "6"]
 
 
 def test_rrf_weights_scale_a_ranking():
-    fused = rrf_fuse([[1], [2]], weights=[1.0, 2.0])
+    fused = fuse([1], [2], weights=[1.0, 2.0])
 
-    assert fused == [(2, pytest.approx(2 / 61)), (1, pytest.approx(1 / 61))]
+    assert fused == [("2", pytest.approx(2 / 61)), ("1", pytest.approx(1 / 61))]
 
 
 def test_rrf_of_no_rankings_is_empty():

@@ -1,0 +1,208 @@
+"""The retrieval components (E5) on the fixture corpus: each retriever's rankings, their kinds and weights,
+fusion by those weights, and the chitchat gate."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from rag.engine.embed import QueryVectorCache
+from rag.engine.fuse import RRF_K, rrf_fuse
+from rag.engine.gate import ChitchatGate
+from rag.engine.index import VersionReader
+from rag.engine.plan import Planner
+from rag.engine.retrieve import MAX_BM25_ROUTES, ROUTE_WEIGHTS, Bm25Retriever, DenseRetriever
+from rag.engine.search import Searcher
+from rag.engine.text import tokenize
+from rag.engine.types import Plan, RouteKind
+
+
+@pytest.fixture(scope="module")
+def reader(built_index) -> VersionReader:
+    return VersionReader.open(built_index.store, built_index.kb, built_index.version)
+
+
+def make_plan(reader, question: str) -> Plan:
+    return Planner(reader.catalog).run(question)
+
+
+def run_dense(reader, embedder, question: str, **kwargs):
+    return DenseRetriever(reader, QueryVectorCache(embedder)).run(make_plan(reader, question), **kwargs)
+
+
+def run_bm25(reader, question: str):
+    plan = make_plan(reader, question)
+    return Bm25Retriever(reader).run(plan, tokenize(plan.corrected_question))
+
+
+def names_kinds_weights(rankings) -> list[tuple[str, RouteKind, float]]:
+    return [(r.name, r.kind, r.weight) for r in rankings]
+
+
+# -- route kinds and weights -------------------------------------------------------------------------
+
+
+def test_every_route_kind_has_a_weight_and_only_two_differ_from_one():
+    differing = {kind: weight for kind, weight in ROUTE_WEIGHTS.items() if weight != 1.0}
+
+    assert set(ROUTE_WEIGHTS) == set(RouteKind)
+    assert differing == {RouteKind.DENSE_CLASS: 2.0, RouteKind.BM25_QUESTION: 0.5}
+
+
+def test_a_route_kind_names_its_retriever_family():
+    families = {kind: kind.source for kind in RouteKind}
+
+    assert families == {RouteKind.DENSE: "dense", RouteKind.DENSE_CLASS: "dense", RouteKind.BM25_QUESTION: "bm25",
+                        RouteKind.BM25_CLASS: "bm25", RouteKind.BM25_HEAD: "bm25", RouteKind.BM25_MEMBER: "bm25"}
+
+
+# -- the dense retriever -----------------------------------------------------------------------------
+
+
+def test_the_dense_retriever_ranks_globally_and_within_each_named_class(reader, counting_embedder):
+    dense = run_dense(reader, counting_embedder, "PerspectiveCamera 和 OrbitControls 的区别")
+
+    assert names_kinds_weights(dense.rankings) == [
+        ("dense", RouteKind.DENSE, 1.0),
+        ("dense:class:PerspectiveCamera", RouteKind.DENSE_CLASS, 2.0),
+        ("dense:class:OrbitControls", RouteKind.DENSE_CLASS, 2.0),
+    ]
+    assert {h.chunk.class_name for h in dense.rankings[1].hits} == {"PerspectiveCamera"}
+    assert {h.chunk.class_name for h in dense.rankings[2].hits} == {"OrbitControls"}
+    assert {h.source for r in dense.rankings for h in r.hits} == {"dense"}
+
+
+def test_the_dense_retriever_embeds_the_question_once_and_keeps_every_similarity(reader, counting_embedder):
+    dense = run_dense(reader, counting_embedder, "PerspectiveCamera 的 fov 默认是多少")
+
+    best = dense.rankings[0].hits[0]
+    assert counting_embedder.query_calls == ["PerspectiveCamera 的 fov 默认是多少"]
+    assert dense.scores.shape == (len(reader.chunks),)
+    assert dense.best_similarity == best.score == pytest.approx(float(dense.scores.max()))
+    assert dense.cached is False
+    assert [h.rank for h in dense.rankings[0].hits[:3]] == [1, 2, 3]
+
+
+def test_an_unranked_dense_search_only_measures_the_nearest_chunk(reader, counting_embedder):
+    dense = run_dense(reader, counting_embedder, "今天中午吃什么好", ranked=False)
+
+    assert dense.rankings == ()
+    assert 0.0 < dense.best_similarity < 1.0
+
+
+def test_a_version_searched_through_lancedb_gets_one_dense_ranking_and_no_class_ranking(built_index,
+                                                                                       counting_embedder):
+    store = dataclasses.replace(built_index.store, ann_min_vectors=10)
+    reader = VersionReader.open(store, built_index.kb, built_index.version)
+
+    dense = run_dense(reader, counting_embedder, "PerspectiveCamera 的 fov 默认是多少")
+
+    assert dense.scores is None
+    assert names_kinds_weights(dense.rankings) == [("dense", RouteKind.DENSE, 1.0)]
+    assert dense.best_similarity == dense.rankings[0].hits[0].score
+
+
+# -- the BM25 retriever ------------------------------------------------------------------------------
+
+
+def test_the_bm25_retriever_runs_question_class_head_and_member_routes(reader):
+    bm25 = run_bm25(reader, "WebGLRenderer 的 setPixelRatio 怎么用")
+
+    assert names_kinds_weights(bm25.rankings) == [
+        ("bm25:question", RouteKind.BM25_QUESTION, 0.5),
+        ("bm25:class:WebGLRenderer", RouteKind.BM25_CLASS, 1.0),
+        ("bm25:head:WebGLRenderer", RouteKind.BM25_HEAD, 1.0),
+        ("bm25:member:setPixelRatio", RouteKind.BM25_MEMBER, 1.0),
+    ]
+    assert {h.chunk.member for h in bm25.rankings[3].hits} == {"setPixelRatio"}
+    assert {h.source for r in bm25.rankings for h in r.hits} == {"bm25"}
+    assert bm25.question_scores.shape == (len(reader.chunks),)
+
+
+def test_a_class_route_reads_only_its_class(reader):
+    bm25 = run_bm25(reader, "纹理怎么重复平铺")
+
+    texture = next(r for r in bm25.rankings if r.kind is RouteKind.BM25_CLASS)
+    assert texture.name == "bm25:class:Texture"
+    assert {h.chunk.class_name for h in texture.hits} == {"Texture"}
+
+
+def test_the_bm25_retriever_stops_at_6_routes_the_whole_question_first(reader):
+    bm25 = run_bm25(reader, "PerspectiveCamera OrbitControls WebGLRenderer Fog Texture Raycaster Color 的 near far fov")
+
+    assert len(bm25.rankings) == MAX_BM25_ROUTES == 6
+    assert [r.kind for r in bm25.rankings] == [RouteKind.BM25_QUESTION] + [RouteKind.BM25_CLASS] * 5
+
+
+def test_a_route_that_finds_nothing_is_left_out_but_the_whole_question_stays(reader):
+    bm25 = run_bm25(reader, "zzzqqq")
+
+    assert [(r.name, r.hits) for r in bm25.rankings] == [("bm25:question", ())]
+
+
+# -- fusion by kind weight ---------------------------------------------------------------------------
+
+
+def test_fusion_sums_each_ranking_weight_over_k_plus_rank(reader, counting_embedder):
+    searcher = Searcher(reader=reader, queries=QueryVectorCache(counting_embedder), planner=Planner(reader.catalog))
+    result = searcher.run("PerspectiveCamera 的 fov 默认是多少")
+    expected: dict[str, float] = {}
+    for ranking in result.rankings:
+        for hit in ranking.hits:
+            expected[hit.chunk.chunk_id] = expected.get(hit.chunk.chunk_id, 0.0) + ranking.weight / (RRF_K + hit.rank)
+
+    fused = dict(rrf_fuse(result.rankings))
+
+    assert {r.kind for r in result.rankings} >= {RouteKind.DENSE_CLASS, RouteKind.BM25_QUESTION}
+    assert fused == pytest.approx(expected)
+    assert [(h.chunk.chunk_id, h.score) for h in result.fused] == list(fused.items())[: len(result.fused)]
+
+
+def test_a_heavier_ranking_outweighs_a_lighter_one_at_the_same_rank(reader, counting_embedder):
+    dense = run_dense(reader, counting_embedder, "PerspectiveCamera 和 OrbitControls 的区别")
+    camera, controls = dense.rankings[1], dense.rankings[2]
+    lighter_camera = dataclasses.replace(camera, weight=ROUTE_WEIGHTS[RouteKind.DENSE])
+
+    tied = rrf_fuse([camera, controls])[0][0]
+    outweighed = rrf_fuse([lighter_camera, controls])[0][0]
+
+    assert tied == camera.hits[0].chunk.chunk_id  # equal weights: the first ranking wins the tie
+    assert outweighed == controls.hits[0].chunk.chunk_id
+
+
+# -- the chitchat gate -------------------------------------------------------------------------------
+
+
+def make_gate_plan(**names) -> Plan:
+    return Plan(question="q", corrected_question="q", kind="doc", **names)
+
+
+def test_the_gate_lets_through_a_question_that_names_a_class_or_member():
+    gate = ChitchatGate()
+
+    verdicts = [gate.is_chitchat(make_gate_plan(**names), 0.0, 0.0, 0.9)
+                for names in ({"classes": ("Fog",)}, {"hinted_classes": ("Fog",)}, {"members": ("near",)})]
+
+    assert verdicts == [False, False, False]
+
+
+def test_the_gate_calls_chitchat_what_is_not_closer_than_small_talk_by_the_margin():
+    gate = ChitchatGate(margin=0.05, coverage_weight=0.1)
+    plan = make_gate_plan()
+
+    below = gate.is_chitchat(plan, 0.75, 0.5, 0.80)  # 0.75 + 0.05 is below 0.80 + 0.05
+    above = gate.is_chitchat(plan, 0.80, 0.5, 0.80)  # 0.80 + 0.05 is not
+    unmeasured = gate.is_chitchat(plan, 0.0, 0.0, None)
+
+    assert (below, above, unmeasured) == (True, False, False)
+
+
+def test_weak_evidence_has_no_margin_and_ignores_hinted_classes():
+    gate = ChitchatGate(margin=0.05, coverage_weight=0.1)
+
+    within_margin = gate.is_weak(make_gate_plan(), 0.77, 0.5, 0.80)  # chitchat by the margin, not weak
+    below = gate.is_weak(make_gate_plan(hinted_classes=("Fog",)), 0.60, 0.5, 0.80)
+    named = gate.is_weak(make_gate_plan(classes=("Fog",)), 0.0, 0.0, 0.80)
+
+    assert (within_margin, below, named) == (False, True, False)
