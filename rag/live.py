@@ -22,7 +22,7 @@ from contextlib import contextmanager
 
 from django.core.cache import cache
 
-TTL = 30  # seconds a published snapshot counts; busy processes republish on every change
+TTL = 30  # seconds a published snapshot counts; a busy process republishes on changes and every TTL/2
 LINGER = 0.05  # seconds the end of a request may wait to be published
 REGISTRY_KEY = "rag:live:processes"
 PROCESS = f"{socket.gethostname()}:{os.getpid()}"
