@@ -60,6 +60,7 @@ test-clock: install
 
 bench: install
 	$(PY) bench/retrieval.py
+	$(PY) bench/cli.py
 
 bench-load: install
 	$(PY) bench/load.py

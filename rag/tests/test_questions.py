@@ -93,6 +93,29 @@ def test_the_next_question_reads_aliases_edited_after_the_last_one(built_kb):
     assert third.result.plan.hinted_classes == ()
 
 
+
+def test_the_next_question_reads_a_version_switched_without_touching_the_update_time(built_kb):
+    from rag.models import KnowledgeBase
+
+    old = built_kb.active_version
+    newer = index_build(built_kb)
+    before = question_search(ask())
+    KnowledgeBase.objects.filter(pk=built_kb.pk).update(active_version=old)  # a bulk update: updated_at stays
+
+    after = question_search(ask())
+
+    assert (before.version, after.version) == (newer.name, old.name)
+
+
+def test_the_next_question_after_the_knowledge_base_is_deleted_is_refused(built_kb):
+    question_search(ask())
+    built_kb.delete()
+
+    with pytest.raises(ServiceError) as refused:
+        question_search(ask())
+
+    assert refused.value.code == "kb_not_found"
+
 @pytest.mark.parametrize(
     "changes, code",
     [
