@@ -13,6 +13,7 @@ from rapidfuzz import process
 from rapidfuzz.distance import Levenshtein
 
 from .catalog import Catalog
+from .smalltalk import is_smalltalk
 from .text import HAN_RE, STOPWORDS
 from .types import Plan
 
@@ -73,6 +74,9 @@ class Planner:
 
     def run(self, question: str) -> Plan:
         question = " ".join(question.split())
+        if is_smalltalk(question):
+            return Plan(question=question, corrected_question=question, kind="chitchat",
+                        reason="small talk, not a question about this documentation")
         is_chinese = HAN_RE.search(question) is not None
         classes: list[str] = []
         hinted: list[str] = []

@@ -52,7 +52,7 @@ class Searcher:
 
         with _timed(timings, "plan"):
             plan = self.planner.run(question)
-        if plan.kind == "out_of_catalog":
+        if plan.kind in ("out_of_catalog", "chitchat"):
             timings["total"] = elapsed_ms(started)
             return SearchResult(plan=plan, hits=(), timings_ms=timings, mode=mode, version=reader.version)
         with _timed(timings, "bm25"):

@@ -249,3 +249,26 @@ def test_a_plan_serialises_to_plain_lists(planner):
         "unknown_identifiers": [],
         "reason": "",
     }
+
+
+# -- small talk --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("message", [
+    "你好", "你好，你是谁？", "谢谢你，辛苦啦", "好的，谢谢！", "你真笨", "你用的是什么模型？", "嗨，在吗",
+    "hello", "Hi there, who are you?", "Thanks a lot!", "thank you for your help", "which model are you running on?",
+    "What LLM do you use?", "you are useless", "good morning",
+])
+def test_greetings_thanks_insults_and_questions_about_the_assistant_are_chitchat(planner, message):
+    plan = planner.run(message)
+
+    assert (plan.kind, plan.classes, plan.members) == ("chitchat", (), ())
+
+
+@pytest.mark.parametrize("message", [
+    "你好，请问 Fog 的颜色怎么设置？", "你好请问，模型加载完怎么改透明度", "谢谢！那相机的视野角度默认多少？",
+    "hello, how do I rotate a camera?", "Thanks, but how do I set the fog color?", "What model formats can I load?",
+    "hello world example",
+])
+def test_a_greeting_in_front_of_a_question_leaves_it_a_question(planner, message):
+    assert planner.run(message).kind != "chitchat"
