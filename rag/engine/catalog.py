@@ -9,12 +9,19 @@ from dataclasses import dataclass, field
 from .text import HAN_RE, IDENTIFIER_RE, camel_parts
 from .types import Chunk
 
+# A page's inheritance line, as reference pages write it under the title:
+# `> Category: Lights · Inheritance: Object3D → Light`, `> 分类：相机 · 继承自 Camera`, "Extends: Material".
+INHERITANCE_RE = re.compile(
+    r"(?:Inheritance|Inherits(?:\s+from)?|Extends|Base\s+class|继承自?|父类|基类)\s*[:：]?\s*"
+    r"([A-Za-z_$][\w$]*(?:\s*(?:→|->|>|<-|←|,)\s*[A-Za-z_$][\w$]*)*)", re.IGNORECASE)
+
 
 @dataclass
 class Catalog:
     """Classes (structured name, Chinese title, members) and the Latin words the corpus uses."""
 
-    classes: dict[str, dict] = field(default_factory=dict)  # name -> {"alias": str, "source": str, "members": [..]}
+    # name -> {"alias": str, "source": str, "members": [...], "ancestors": [parent, grandparent, ...]}
+    classes: dict[str, dict] = field(default_factory=dict)
     vocabulary: dict[str, int] = field(default_factory=dict)  # lowercased Latin token -> document frequency
 
     @classmethod
@@ -24,19 +31,40 @@ class Catalog:
         seen_sources: dict[str, set] = {}
         for chunk in chunks:
             entry = classes.setdefault(
-                chunk.class_name, {"alias": chunk.class_alias, "source": chunk.source, "members": []}
+                chunk.class_name, {"alias": chunk.class_alias, "source": chunk.source, "members": [], "ancestors": []}
             )
+            if chunk.part == 0 and not chunk.member and not entry["ancestors"]:
+                entry["ancestors"] = inheritance_of(chunk.text, chunk.class_name)
             if chunk.member and chunk.member not in entry["members"]:
                 entry["members"].append(chunk.member)
             words = seen_sources.setdefault(chunk.source, set())
             words.update(t.lower() for t in IDENTIFIER_RE.findall(chunk.text))
         for words in seen_sources.values():
             vocabulary.update(words)
+        for entry in classes.values():  # only ancestors the corpus documents, nearest first
+            entry["ancestors"] = [name for name in entry["ancestors"] if name in classes]
         return cls(classes=classes, vocabulary=dict(vocabulary))
 
     @classmethod
     def from_dict(cls, data: dict) -> "Catalog":
-        return cls(classes=data["classes"], vocabulary=data["vocabulary"])
+        classes = data["classes"]
+        for entry in classes.values():
+            entry.setdefault("ancestors", [])  # versions built before the class graph
+        return cls(classes=classes, vocabulary=data["vocabulary"])
+
+    def ancestors(self, name: str) -> list[str]:
+        """Return a class's documented ancestors, nearest first (its parent, then the parent's, …)."""
+        entry = self.classes.get(name)
+        return list(entry["ancestors"]) if entry else []
+
+    def owner_of(self, member: str, name: str) -> str | None:
+        """Return the page that documents `member` for class `name`: the class itself or its nearest
+        ancestor that has it; None when neither does."""
+        for candidate in (name, *self.ancestors(name)):
+            entry = self.classes.get(candidate)
+            if entry and member in entry["members"]:
+                return candidate
+        return None
 
     def to_dict(self) -> dict:
         return {"classes": self.classes, "vocabulary": self.vocabulary}
@@ -54,3 +82,19 @@ class Catalog:
                 if len(parts) > 1:
                     phrases[" ".join(parts)] = name
         return phrases
+
+
+def inheritance_of(text: str, class_name: str) -> list[str]:
+    """Read a page's inheritance line into its ancestors, nearest first: `Object3D → Light` on the page of
+    DirectionalLight gives [Light, Object3D]. Only the lines before the first heading below the title count."""
+    for line in text.splitlines()[:12]:
+        if line.startswith("##"):
+            break
+        match = INHERITANCE_RE.search(line)
+        # A note under the title (`> …`), or a line that states it with a colon ("Extends: Material").
+        if match and (line.lstrip().startswith(">") or re.search(r"[:：]", line[match.start():match.start(1)])):
+            chain = [name for name in re.split(r"\s*(?:→|->|>|<-|←|,)\s*", match.group(1)) if name]
+            if "<-" in match.group(1) or "←" in match.group(1):
+                chain.reverse()  # written child first
+            return [name for name in reversed(chain) if name != class_name]
+    return []

@@ -47,7 +47,17 @@ SYSTEM_PROMPT = (
 )
 
 
-def build_messages(question: str, hits: list[Hit]) -> list[dict]:
+def inheritance_note(plan: Plan | None) -> str:
+    """Say which page documents a member asked on a class that inherits it, in the question's language."""
+    if plan is None or not plan.inherited or not plan.classes:
+        return ""
+    asked = plan.classes[0]
+    if re.search(r"[\u3400-\u9fff]", plan.question):
+        return "；".join(f"{asked} 的 `{member}` 继承自 {owner}，写在 {owner} 的页面上" for member, owner in plan.inherited) + "。"
+    return " ".join(f"{asked} inherits `{member}`: it is documented on the page of {owner}." for member, owner in plan.inherited)
+
+
+def build_messages(question: str, hits: list[Hit], plan: Plan | None = None) -> list[dict]:
     """Number the evidence and ask for a cited answer."""
     blocks = []
     for number, hit in enumerate(hits, start=1):
@@ -55,9 +65,11 @@ def build_messages(question: str, hits: list[Hit]) -> list[dict]:
         heading = " > ".join(chunk.heading_path) or chunk.title
         blocks.append(f"[{number}] {heading}\n{chunk.text}")
     evidence = "\n\n".join(blocks)
+    note = inheritance_note(plan)
+    note = f"\n\nNote: {note}" if note else ""
     return [
         {"role": "system", "content": SYSTEM_PROMPT},
-        {"role": "user", "content": f"Evidence:\n\n{evidence}\n\nQuestion: {question}"},
+        {"role": "user", "content": f"Evidence:\n\n{evidence}{note}\n\nQuestion: {question}"},
     ]
 
 
@@ -123,7 +135,7 @@ class ExtractiveGenerator:
         from .text import tokenize
 
         words = {t for t in tokenize(question) if len(t) > 1}
-        parts = [note] if note else []
+        parts = [n for n in (note, inheritance_note(plan)) if n]
         for number, hit in enumerate(hits[: self.max_chunks], start=1):
             chunk = hit.chunk
             lines = chunk.text.splitlines()
@@ -170,7 +182,7 @@ class LlmGenerator:
         if not self.breaker.allow():
             return self.unavailable(question, plan, hits, "circuit_open")
         try:
-            text, usage = self.client.complete(build_messages(question, hits))
+            text, usage = self.client.complete(build_messages(question, hits, plan))
         except GenerationError as exc:
             self.breaker.record_failure(exc.kind)
             return self.unavailable(question, plan, hits, f"generation_{exc.kind}")
@@ -188,7 +200,7 @@ class LlmGenerator:
             return
         pieces: list[str] = []
         usage: list[Usage] = []
-        deltas = self.client.stream(build_messages(question, hits), usage_out=usage)
+        deltas = self.client.stream(build_messages(question, hits, plan), usage_out=usage)
         try:
             for delta in deltas:
                 pieces.append(delta)

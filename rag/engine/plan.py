@@ -140,6 +140,18 @@ class Planner:
                 if name in self.catalog.classes[name]["members"]:
                     add(members, name)
 
+        # A member asked on a class but documented on one of its ancestors: search that page too.
+        inherited: list[tuple[str, str]] = []
+        for member in members:
+            named = [c for c in classes if member in self.catalog.classes[c]["members"]]
+            if classes and not named:
+                for name in list(classes):
+                    owner = self.catalog.owner_of(member, name)
+                    if owner is not None:
+                        inherited.append((member, owner))
+                        add(classes, owner)
+                        break
+
         corrected_question = question
         for wrong, right in corrections:
             if wrong != right:
@@ -160,6 +172,7 @@ class Planner:
             members=tuple(members),
             corrections=tuple(dict.fromkeys(corrections)),
             unknown_identifiers=tuple(unknown),
+            inherited=tuple(inherited),
             reason=reason,
         )
 

@@ -61,6 +61,7 @@ class Plan:
     members: tuple[str, ...] = ()
     corrections: tuple[tuple[str, str], ...] = ()  # (as written, corrected to)
     unknown_identifiers: tuple[str, ...] = ()
+    inherited: tuple[tuple[str, str], ...] = ()  # (member, the ancestor class whose page documents it)
     reason: str = ""
 
     def as_dict(self) -> dict:
@@ -73,6 +74,7 @@ class Plan:
             "members": list(self.members),
             "corrections": [{"from": a, "to": b} for a, b in self.corrections],
             "unknown_identifiers": list(self.unknown_identifiers),
+            "inherited": [{"member": m, "documented_on": c} for m, c in self.inherited],
             "reason": self.reason,
         }
 

@@ -7,6 +7,7 @@ from django.conf import settings
 
 from rag.engine.generate import build_messages
 from rag.engine.llm import ChatClient, GenerationError
+from rag.engine.plan import Planner
 from rag.engine.types import Hit
 from rag.pipeline import get_engine
 
@@ -42,4 +43,4 @@ def prompt_rebuild(*, kb: str, version: str, chunk_ids: list[str], question: str
         return None
     hits = [Hit(chunk=reader.chunks[i], score=0.0, source="rrf")
             for i in (reader.index_of(c) for c in chunk_ids) if i is not None]
-    return build_messages(question, hits)
+    return build_messages(question, hits, Planner(reader.catalog).run(question))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from rag.engine.breaker import CircuitBreaker
@@ -195,3 +197,18 @@ def test_weak_evidence_is_insufficient_when_no_class_is_named():
 
     assert (below.mode, below.reason) == ("empty", "below_threshold")
     assert named is None  # a named class is answered from its own chunks
+
+
+def test_an_inherited_member_is_named_with_the_page_that_documents_it():
+    plan = Plan(question="SpotLight.intensity has no effect", corrected_question="SpotLight.intensity has no effect",
+                kind="doc", classes=("SpotLight", "Light"), members=("intensity",), inherited=(("intensity", "Light"),))
+    chinese = replace(plan, question="SpotLight 的 intensity 没有效果")
+
+    prompt = build_messages(plan.question, HITS, plan)[1]["content"]
+    answer = ExtractiveGenerator().run(plan.question, plan, HITS)
+
+    assert "SpotLight inherits `intensity`: it is documented on the page of Light." in prompt
+    assert answer.text.startswith("SpotLight inherits `intensity`")
+    assert ExtractiveGenerator().run(chinese.question, chinese, HITS).text.startswith(
+        "SpotLight 的 `intensity` 继承自 Light，写在 Light 的页面上。")
+    assert "Note:" not in build_messages(plan.question, HITS)[1]["content"]

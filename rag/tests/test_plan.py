@@ -247,6 +247,7 @@ def test_a_plan_serialises_to_plain_lists(planner):
         "members": ["fov"],
         "corrections": [{"from": "PerspectivCamera", "to": "PerspectiveCamera"}],
         "unknown_identifiers": [],
+        "inherited": [],
         "reason": "",
     }
 
@@ -272,3 +273,57 @@ def test_greetings_thanks_insults_and_questions_about_the_assistant_are_chitchat
 ])
 def test_a_greeting_in_front_of_a_question_leaves_it_a_question(planner, message):
     assert planner.run(message).kind != "chitchat"
+
+
+# -- inheritance -------------------------------------------------------------------------------------
+
+
+def _inheritance_catalog(tmp_path) -> Catalog:
+    from rag.engine.chunk import chunk_documents
+    from rag.engine.ingest import read_folder
+
+    pages = {
+        "Object3D.md": "# Object3D\n\nThe base of every scene object.\n\n### .castShadow : Boolean\n\nWhether it casts shadows.\n"
+                       "\n### .visible : Boolean\n\nWhether it is rendered.\n",
+        "Light.md": "# Light\n\n> Category: Lights · Inheritance: Object3D\n\nThe base of the lights.\n\n"
+                    "### .intensity : Float\n\nThe light's strength.\n",
+        "SpotLight.md": "# SpotLight\n\n> Category: Lights · Inheritance: Object3D → Light\n\nA cone of light.\n\n"
+                        "### .angle : Float\n\nThe cone's opening.\n\n### .castShadow : Boolean\n\nSpot lights may cast shadows.\n",
+        "Mesh.md": "# 网格（Mesh）\n\n> 分类：物体 · 继承自 Object3D\n\n三角形组成的物体。\n\n### .material : Material\n\n它的材质。\n",
+    }
+    for name, text in pages.items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    return Catalog.from_chunks(chunk_documents(read_folder(tmp_path)))
+
+
+def test_the_catalog_reads_each_pages_inheritance_line_nearest_ancestor_first(tmp_path):
+    catalog = _inheritance_catalog(tmp_path)
+
+    assert catalog.ancestors("SpotLight") == ["Light", "Object3D"]
+    assert catalog.ancestors("Mesh") == ["Object3D"]
+    assert catalog.ancestors("Object3D") == []
+    assert catalog.owner_of("intensity", "SpotLight") == "Light"
+    assert catalog.owner_of("castShadow", "SpotLight") == "SpotLight"  # its own page documents it again
+    assert catalog.owner_of("visible", "Mesh") == "Object3D"
+    assert catalog.owner_of("angle", "Mesh") is None
+
+
+def test_an_inherited_member_brings_the_page_that_documents_it(tmp_path):
+    planner = Planner(_inheritance_catalog(tmp_path))
+
+    plan = planner.run("SpotLight.intensity has no effect")
+    own = planner.run("SpotLight.angle is too wide")
+    page = planner.run("网格 Mesh 的 visible 属性怎么用")
+
+    assert (plan.classes, plan.members, plan.inherited) == (("SpotLight", "Light"), ("intensity",),
+                                                           (("intensity", "Light"),))
+    assert (own.classes, own.inherited) == (("SpotLight",), ())
+    assert (page.classes, page.inherited) == (("Mesh", "Object3D"), (("visible", "Object3D"),))
+
+
+def test_a_catalog_saved_before_the_class_graph_opens_with_no_ancestors(catalog):
+    data = catalog.to_dict()
+    for entry in data["classes"].values():
+        entry.pop("ancestors")
+
+    assert Catalog.from_dict(data).ancestors("PerspectiveCamera") == []
