@@ -107,14 +107,15 @@ class Planner:
                 last = position == len(parts) - 1
                 explicit_member = dotted and (position > 0 or raw.startswith(".")) or called and last
                 name = self._class_of(token)
-                if name and not (explicit_member and token in self._members):
+                # `THREE.PointsMaterial` names the class: its constructor is a member of the same name.
+                if name and not (explicit_member and token in self._members and token != name):
                     add(classes, name)
                     if name != token:
                         corrections.append((token, name))
                     continue
                 member = self._member_of(token, explicit=explicit_member or is_chinese)
                 if member:
-                    add(members, member)
+                    add(classes if member in self.catalog.classes else members, member)  # a constructor: its class
                     if member != token:
                         corrections.append((token, member))
                     continue
@@ -128,11 +129,16 @@ class Planner:
                     pending_members.append(token)
 
         for token in pending_members:
-            corrected = self._near_member(token, classes)
-            if corrected:
+            corrected = self._near_member(token, classes) or self._singular(token)
+            if corrected in self.catalog.classes:
+                add(classes, corrected)
+                corrections.append((token, corrected))
+            elif corrected:
                 add(members, corrected)
                 corrections.append((token, corrected))
-            elif looks_like_api(token, in_chinese=is_chinese):
+            elif looks_like_api(token, in_chinese=is_chinese) and token[0].isupper():
+                # Only a class-like name (`ArcRotateCamera`) can be an API the docs lack; a lowercase
+                # identifier in pasted code (`myText`, `gltfLoader`) is a variable, never an unknown class.
                 unknown.append(token)
 
         if CONSTRUCTOR_RE.search(question):
@@ -186,6 +192,8 @@ class Planner:
         return None
 
     def _member_of(self, token: str, *, explicit: bool) -> str | None:
+        if len(token) < 2:  # `x`, `y`, `z` of a pasted `rotation.z` name no member worth a route
+            return None
         if token in self._members:
             if explicit or re.search(r"[a-z][A-Z]", token):
                 return token
@@ -193,6 +201,16 @@ class Planner:
         member = self._lower_members.get(token.lower())
         if member and (explicit or len(token) >= 8):
             return member
+        return None
+
+    def _singular(self, token: str) -> str | None:
+        """Read a plural (`normalMaps`, `Textures`) as the class or member it is the plural of."""
+        for cut in ("es", "s"):
+            if token.endswith(cut) and len(token) - len(cut) >= 4:
+                stem = token[: -len(cut)]
+                found = self._class_of(stem) or (stem if stem in self._members else None)
+                if found:
+                    return found
         return None
 
     def _near_class(self, token: str, *, in_chinese: bool = True) -> str | None:

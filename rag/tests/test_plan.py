@@ -327,3 +327,39 @@ def test_a_catalog_saved_before_the_class_graph_opens_with_no_ancestors(catalog)
         entry.pop("ancestors")
 
     assert Catalog.from_dict(data).ancestors("PerspectiveCamera") == []
+
+
+# -- pasted code and error text ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("question", [
+    "is it possible to rotate the text? i tried myText.rotation.z = Math.PI / 2 but nothing happens",
+    "this.$ref.model.rotation 加载模型以后一直是 0",
+    "const gltfLoaderInstance = new Something(); the camera fov looks wrong",
+])
+def test_a_variable_in_pasted_code_is_never_an_unknown_class(planner, question):
+    plan = planner.run(question)
+
+    assert plan.kind == "doc"
+    assert not any(name[0].islower() for name in plan.unknown_identifiers)
+
+
+def test_a_namespaced_class_is_the_class_not_its_constructor(planner):
+    plan = planner.run("THREE.PerspectiveCamera looks stretched in WebVR")
+
+    assert (plan.kind, plan.classes) == ("doc", ("PerspectiveCamera",))
+    assert "PerspectiveCamera" not in plan.members
+
+
+def test_a_class_written_in_lowercase_is_the_class(planner):
+    assert planner.run("why does my perspectivecamera look stretched").classes == ("PerspectiveCamera",)
+
+
+def test_a_plural_is_read_as_the_class_or_member_it_is_the_plural_of(planner):
+    plan = planner.run("My updateProjectionMatrixes never apply")
+
+    assert (plan.kind, plan.members) == ("doc", ("updateProjectionMatrix",))
+
+
+def test_single_letter_members_in_code_are_not_routes(planner):
+    assert not {"r", "g"} & set(planner.run("color.r 和 color.g 怎么设置").members)
