@@ -21,10 +21,12 @@ class Adopter:
         if not classes and scores is not None and self.spread > 1:
             return self._spread(candidates, class_of, scores)[: self.single]
         if len(classes) == 1:
-            # The named class leads: its best `per_class` chunks first, then the best of the rest.
-            own = [i for i in candidates if class_of(i) == classes[0]][: self.per_class]
-            rest = [i for i in candidates if i not in own]
-            return (own + rest)[: self.single]
+            # The named class leads with its best `per_class` chunks; the places after them go to other pages
+            # first, since a class named in passing ("with GLTFLoader, my model is darker") may not be where
+            # the answer is documented. Only when no other page was found does the class fill them.
+            own = [i for i in candidates if class_of(i) == classes[0]]
+            others = [i for i in candidates if class_of(i) != classes[0]]
+            return (own[: self.per_class] + others + own[self.per_class:])[: self.single]
         if not classes:
             return candidates[: self.single]
         queues = {name: [i for i in candidates if class_of(i) == name][: self.per_class] for name in classes}

@@ -20,7 +20,8 @@ INHERITANCE_RE = re.compile(
 class Catalog:
     """Classes (structured name, Chinese title, members) and the Latin words the corpus uses."""
 
-    # name -> {"alias": str, "source": str, "members": [...], "ancestors": [parent, grandparent, ...]}
+    # name -> {"alias": str, "source": str, "members": [...], "ancestors": [parent, grandparent, ...],
+    #          "types": {member: the documented class that is its type}}
     classes: dict[str, dict] = field(default_factory=dict)
     vocabulary: dict[str, int] = field(default_factory=dict)  # lowercased Latin token -> document frequency
 
@@ -37,25 +38,38 @@ class Catalog:
                 entry["ancestors"] = inheritance_of(chunk.text, chunk.class_name)
             if chunk.member and chunk.member not in entry["members"]:
                 entry["members"].append(chunk.member)
+                kind = member_type(chunk.heading_path[-1] if chunk.heading_path else "")
+                if kind:
+                    entry.setdefault("types", {})[chunk.member] = kind
             words = seen_sources.setdefault(chunk.source, set())
             words.update(t.lower() for t in IDENTIFIER_RE.findall(chunk.text))
         for words in seen_sources.values():
             vocabulary.update(words)
-        for entry in classes.values():  # only ancestors the corpus documents, nearest first
+        for entry in classes.values():  # only ancestors and member types the corpus documents
             entry["ancestors"] = [name for name in entry["ancestors"] if name in classes]
+            entry["types"] = {m: t for m, t in entry.get("types", {}).items() if t in classes}
         return cls(classes=classes, vocabulary=dict(vocabulary))
 
     @classmethod
     def from_dict(cls, data: dict) -> "Catalog":
         classes = data["classes"]
-        for entry in classes.values():
-            entry.setdefault("ancestors", [])  # versions built before the class graph
+        for entry in classes.values():  # versions built before the class graph
+            entry.setdefault("ancestors", [])
+            entry.setdefault("types", {})
         return cls(classes=classes, vocabulary=data["vocabulary"])
 
     def ancestors(self, name: str) -> list[str]:
         """Return a class's documented ancestors, nearest first (its parent, then the parent's, …)."""
         entry = self.classes.get(name)
         return list(entry["ancestors"]) if entry else []
+
+    def member_types(self, name: str) -> dict[str, str]:
+        """Return the members of a class (its own and inherited) whose type is a documented class:
+        `.shadow : DirectionalLightShadow` on DirectionalLight gives {"shadow": "DirectionalLightShadow"}."""
+        types: dict[str, str] = {}
+        for candidate in reversed((name, *self.ancestors(name))):
+            types.update(self.classes.get(candidate, {}).get("types", {}))
+        return types
 
     def owner_of(self, member: str, name: str) -> str | None:
         """Return the page that documents `member` for class `name`: the class itself or its nearest
@@ -98,3 +112,12 @@ def inheritance_of(text: str, class_name: str) -> list[str]:
                 chain.reverse()  # written child first
             return [name for name in reversed(chain) if name != class_name]
     return []
+
+
+MEMBER_TYPE_RE = re.compile(r"^\.?[A-Za-z_$][\w$]*\s*:\s*([A-Z][\w$]*)\s*$")
+
+
+def member_type(heading: str) -> str:
+    """Return the type of a property heading: `.shadow : DirectionalLightShadow` -> DirectionalLightShadow."""
+    match = MEMBER_TYPE_RE.match(heading.strip())
+    return match.group(1) if match else ""

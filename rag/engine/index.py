@@ -37,6 +37,7 @@ EMBEDDING_CACHE_TABLE = "embedding_cache"
 MANIFEST = "manifest.json"
 CHUNKS_FILE = "chunks.json"
 VECTORS_FILE = "vectors.npy"
+TOKENIZER = "stem"  # how this build tokenizes for BM25 (text.tokenize); a version built before says nothing
 # The chunk fields in the order of the LanceDB table (and of the columns of chunks.json).
 CHUNK_FIELDS = ("chunk_id", "source", "title", "class_name", "class_alias", "member", "heading_path",
                 "chunk_index", "part", "text", "summary")
@@ -290,7 +291,7 @@ class IndexStore:
         try:
             catalog = Catalog.from_chunks(chunks)
             add_words(catalog.aliases_to_teach())
-            corpus_tokens = [tokenize(bm25_text(c)) for c in chunks]
+            corpus_tokens = [tokenize(bm25_text(c), stem=True) for c in chunks]
             timings["tokenize"] = time.perf_counter() - t0
 
             t0 = time.perf_counter()
@@ -298,7 +299,7 @@ class IndexStore:
             bm25 = bm25s.BM25()
             bm25.index(corpus_tokens, show_progress=False)
             bm25.save(str(folder / "bm25"), show_progress=False)
-            build_head_index(chunks).save(str(folder / "bm25_head"), show_progress=False)
+            build_head_index(chunks, stem=True).save(str(folder / "bm25_head"), show_progress=False)
             (folder / "catalog.json").write_text(json.dumps(catalog.to_dict(), ensure_ascii=False), encoding="utf-8")
 
             db = _connect(self.lancedb_uri)
@@ -323,6 +324,7 @@ class IndexStore:
                 "model_id": embedder.model_id,
                 "dimension": int(vectors.shape[1]),
                 "chunk_count": len(chunks),
+                "tokenizer": TOKENIZER,
                 "built_at": time.time(),
             }
             if memory_files is not None:
@@ -359,7 +361,7 @@ class IndexStore:
         ids, _ = reader.dense_search(vectors[probe], 5)
         if probe not in ids:
             raise IndexError_("smoke query failed: a chunk's own vector did not find it")
-        scores = reader.bm25_scores(tokenize(bm25_text(chunks[probe]))[:32])
+        scores = reader.bm25_scores(reader.tokenize(bm25_text(chunks[probe]))[:32])
         if scores.shape[0] != len(chunks) or scores[probe] <= 0:
             raise IndexError_("smoke query failed: BM25 did not score a chunk on its own words")
 
@@ -383,11 +385,11 @@ def head_text(chunk: Chunk) -> str:
     return f"{chunk.member} {first[:120]}"
 
 
-def build_head_index(chunks: list[Chunk]):
+def build_head_index(chunks: list[Chunk], *, stem: bool = False):
     """BM25 over member names and first sentences only, so a member that is *about* the question's words
     outranks a long chunk that merely mentions them."""
     head = _bm25s().BM25()
-    head.index([tokenize(head_text(c), characters=True) for c in chunks], show_progress=False)
+    head.index([tokenize(head_text(c), characters=True, stem=stem) for c in chunks], show_progress=False)
     return head
 
 
@@ -414,6 +416,7 @@ class VersionReader:
 
     def __post_init__(self) -> None:
         """Derive the per-chunk lookups a search needs: class codes, chunk ids, member positions."""
+        self.stem = self.manifest.get("tokenizer") == TOKENIZER
         self._class_codes = {name: i for i, name in enumerate(sorted({c.class_name for c in self.chunks}))}
         self.chunk_classes = np.array([self._class_codes[c.class_name] for c in self.chunks], dtype=np.int32)
         self._id_index = {c.chunk_id: i for i, c in enumerate(self.chunks)}
@@ -453,7 +456,7 @@ class VersionReader:
         if (folder / "bm25_head").exists():
             head = bm25s.BM25.load(str(folder / "bm25_head"), show_progress=False, verbosity=0)
         else:  # a version built before head indexes existed
-            head = build_head_index(chunks)
+            head = build_head_index(chunks, stem=manifest.get("tokenizer") == TOKENIZER)
         return cls(kb, version, manifest, chunks, catalog, bm25, vectors, None if in_memory else table, head)
 
     @property
@@ -468,6 +471,10 @@ class VersionReader:
     def dimension(self) -> int:
         return int(self.manifest["dimension"])
 
+    def tokenize(self, text: str, *, characters: bool = False) -> list[str]:
+        """Tokenize a question the way this version's BM25 indexes were built."""
+        return tokenize(text, characters=characters, stem=self.stem)
+
     def class_mask(self, class_name: str) -> np.ndarray:
         code = self._class_codes.get(class_name)
         if code is None:
@@ -479,7 +486,7 @@ class VersionReader:
         cached = self._class_token_cache.get(name)
         if cached is None:
             entry = self.catalog.classes.get(name, {})
-            cached = frozenset(tokenize(f"{name} {entry.get('alias', '')}"))
+            cached = frozenset(self.tokenize(f"{name} {entry.get('alias', '')}"))
             self._class_token_cache[name] = cached
         return cached
 
@@ -526,7 +533,7 @@ class VersionReader:
         return sum(1 for t in tokens if t in self.bm25.vocab_dict) / len(tokens)
 
     def head_scores(self, text: str, drop: set[str] = frozenset()) -> np.ndarray:
-        tokens = [t for t in tokenize(text, characters=True) if t not in drop]
+        tokens = [t for t in self.tokenize(text, characters=True) if t not in drop]
         known = [t for t in tokens if t in self.head.vocab_dict]
         if not known:
             return np.zeros(len(self.chunks), dtype=np.float32)

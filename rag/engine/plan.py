@@ -158,6 +158,16 @@ class Planner:
                         add(classes, owner)
                         break
 
+        # A named class's property whose type is a documented class, named in the question's words
+        # ("DirectionalLight shadows" and `.shadow : DirectionalLightShadow`): that class (and its
+        # ancestors) may hold the answer, so it is hinted.
+        for name in classes[:2]:
+            for member, kind in self.catalog.member_types(name).items():
+                if kind not in classes and re.search(rf"(?<![a-z0-9]){re.escape(member.lower())}(?:s|es)?(?![a-z0-9])",
+                                                     lowered):
+                    for hint in (kind, *self.catalog.ancestors(kind)):
+                        add(hinted, hint)
+
         corrected_question = question
         for wrong, right in corrections:
             if wrong != right:

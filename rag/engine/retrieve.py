@@ -15,7 +15,6 @@ import numpy as np
 
 from .embed import QueryVectorCache
 from .index import VersionReader, top_positions
-from .text import tokenize
 from .types import Hit, Plan, Ranking, RouteKind
 
 MAX_BM25_ROUTES = 6  # seed 001: BM25 runs at most 6 routes
@@ -149,7 +148,7 @@ class Bm25Retriever:
                         in_classes |= reader.class_mask(name)
                 if (mask & in_classes).any():
                     mask &= in_classes
-            scores = reader.bm25_scores(tokenize(member) + tokens)
+            scores = reader.bm25_scores(reader.tokenize(member) + tokens)
             yield RouteKind.BM25_MEMBER, member, top_positions(scores, self.depth, mask=mask)
 
 

@@ -17,7 +17,6 @@ from .gate import ChitchatGate
 from .index import VersionReader, top_positions
 from .plan import Planner
 from .retrieve import MAX_BM25_ROUTES, Bm25Retriever, Bm25Routes, DenseRetriever, DenseRoutes, elapsed_ms
-from .text import tokenize
 from .types import Hit, Plan, SearchResult
 
 __all__ = ["MAX_BM25_ROUTES", "MODES", "Searcher"]
@@ -56,7 +55,7 @@ class Searcher:
             timings["total"] = elapsed_ms(started)
             return SearchResult(plan=plan, hits=(), timings_ms=timings, mode=mode, version=reader.version)
         with _timed(timings, "bm25"):
-            tokens = tokenize(plan.corrected_question)
+            tokens = reader.tokenize(plan.corrected_question)
 
         # A BM25-only search still embeds a question naming nothing: the chitchat gate needs its nearest chunk.
         dense = None

@@ -218,11 +218,26 @@ def add_words(words) -> None:
             jieba.add_word(word, freq=20000)
 
 
-def tokenize(text: str, *, characters: bool = False) -> list[str]:
+_stemmer = None
+
+
+def _stem_words(words: list[str]) -> list[str]:
+    """English Snowball stems (PyStemmer): shadows and shadow, rotating and rotate meet."""
+    global _stemmer
+    if _stemmer is None:
+        import Stemmer
+
+        _stemmer = Stemmer.Stemmer("english")
+    return _stemmer.stemWords(words)
+
+
+def tokenize(text: str, *, characters: bool = False, stem: bool = False) -> list[str]:
     """Tokenize for BM25: jieba for Chinese, identifiers whole and split on camelCase, lowercased.
 
     With `characters`, each Chinese word also contributes its single characters, the usual n-gram backoff
     of Chinese retrieval: 图层 in a question still meets 层 in a page when the segmenter cut them apart.
+    With `stem`, English words and the parts of camelCase identifiers are reduced to their Snowball stems
+    (an identifier is also kept whole, unstemmed), so "shadows" meets `castShadow` and "blurry" meets "blur".
     """
     jieba = _segmenter()
     tokens: list[str] = []
@@ -239,10 +254,13 @@ def tokenize(text: str, *, characters: bool = False) -> list[str]:
         for identifier in IDENTIFIER_RE.findall(piece):
             lower = identifier.lower()
             parts = camel_parts(identifier)
-            if lower not in STOPWORDS:
-                tokens.append(lower)
             if len(parts) > 1:
-                tokens.extend(p for p in parts if p not in STOPWORDS and len(p) > 1)
+                if lower not in STOPWORDS:
+                    tokens.append(lower)
+                parts = [p for p in parts if p not in STOPWORDS and len(p) > 1]
+                tokens.extend(_stem_words(parts) if stem else parts)
+            elif lower not in STOPWORDS:
+                tokens.append(_stem_words([lower])[0] if stem and lower.isalpha() else lower)
         for number in re.findall(r"(?<![A-Za-z_$])[0-9]+(?:\.[0-9]+)?", piece):
             tokens.append(number)
     return tokens

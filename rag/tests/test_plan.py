@@ -363,3 +363,26 @@ def test_a_plural_is_read_as_the_class_or_member_it_is_the_plural_of(planner):
 
 def test_single_letter_members_in_code_are_not_routes(planner):
     assert not {"r", "g"} & set(planner.run("color.r 和 color.g 怎么设置").members)
+
+
+def test_a_property_whose_type_is_a_documented_class_hints_that_class_and_its_ancestors(tmp_path):
+    catalog = _inheritance_catalog(tmp_path)
+    (tmp_path / "SpotLightShadow.md").write_text(
+        "# SpotLightShadow\n\n> Inheritance: LightShadow\n\nThe spot light's shadow camera.\n\n"
+        "### .focus : Float\n\nHow far the shadow camera's field of view is narrowed.\n", encoding="utf-8")
+    (tmp_path / "LightShadow.md").write_text(
+        "# LightShadow\n\nShadows of lights.\n\n### .mapSize : Vector2\n\nThe shadow map's resolution.\n",
+        encoding="utf-8")
+    (tmp_path / "SpotLight.md").write_text(
+        "# SpotLight\n\n> Inheritance: Object3D → Light\n\nA cone of light.\n\n"
+        "### .shadow : SpotLightShadow\n\nThe light's shadow.\n\n### .angle : Float\n\nThe cone's opening.\n",
+        encoding="utf-8")
+    from rag.engine.chunk import chunk_documents
+    from rag.engine.ingest import read_folder
+
+    catalog = Catalog.from_chunks(chunk_documents(read_folder(tmp_path)))
+    planner = Planner(catalog)
+
+    assert catalog.member_types("SpotLight") == {"shadow": "SpotLightShadow"}
+    assert planner.run("SpotLight shadows look blocky").hinted_classes == ("SpotLightShadow", "LightShadow")
+    assert planner.run("SpotLight cone is too wide").hinted_classes == ()

@@ -96,12 +96,18 @@ def test_a_single_class_question_adopts_5_led_by_the_best_3_of_its_class():
     assert adopted == [1, 3, 5, 0, 2]
 
 
-def test_a_single_class_question_adopts_the_top_5_when_its_class_leads_anyway():
+def test_after_the_best_3_of_the_named_class_other_pages_come_first():
     class_of = make_class_of({i: "A" if i < 6 else "B" for i in range(10)})
 
     adopted = Adopter().run(list(range(10)), ["A"], class_of)
 
-    assert adopted == [0, 1, 2, 3, 4]
+    assert adopted == [0, 1, 2, 6, 7]  # a class named in passing may not be where the answer is
+
+
+def test_a_named_class_fills_the_window_when_no_other_page_was_found():
+    class_of = make_class_of({i: "A" for i in range(10)})
+
+    assert Adopter().run(list(range(10)), ["A"], class_of) == [0, 1, 2, 3, 4]
 
 
 def test_a_multi_class_question_adopts_at_most_3_per_class_in_turn():
@@ -153,7 +159,7 @@ def test_a_question_naming_a_class_returns_that_class(reader, counting_embedder)
 
     assert result.plan.kind == "doc"
     assert len(result.hits) == 5
-    assert set(classes_of(result)) == {"PerspectiveCamera"}
+    assert classes_of(result)[:3] == ["PerspectiveCamera"] * 3  # then other pages (adoption)
     assert result.hits[0].chunk.member == "fov"
     assert [h.rank for h in result.hits] == [1, 2, 3, 4, 5]
     assert result.version == "v1"
@@ -257,7 +263,7 @@ def test_a_version_above_the_in_memory_limit_is_searched_through_lancedb(built_i
 
     assert reader.vectors is None
     assert "dense" in [r.name for r in result.rankings]
-    assert set(classes_of(result)) == {"PerspectiveCamera"}
+    assert classes_of(result)[:3] == ["PerspectiveCamera"] * 3  # then other pages (adoption)
     assert result.hits[0].chunk.member == "fov"
 
 
