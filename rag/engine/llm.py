@@ -7,10 +7,20 @@ read whole or as server-sent events as they arrive.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Iterator
 
 from .types import Usage
+
+
+THINK_RE = re.compile(r"<think>.*?</think>", re.S | re.I)
+FENCE_RE = re.compile(r"^```[\w-]*[ \t]*\n?|\n?[ \t]*```$")
+
+
+def reply_text(text: str) -> str:
+    """Drop a reasoning model's <think> block and a Markdown code fence around a short reply."""
+    return FENCE_RE.sub("", THINK_RE.sub("", text).strip()).strip()
 
 
 class GenerationError(Exception):

@@ -30,6 +30,9 @@ ROUTE_WEIGHTS = {
     RouteKind.BM25_CLASS: 1.0,
     RouteKind.BM25_HEAD: 1.0,
     RouteKind.BM25_MEMBER: 1.0,
+    # The model's keyword rewrite is read like the question's own whole-question routes, with their weights.
+    RouteKind.DENSE_REWRITE: 1.0,
+    RouteKind.BM25_REWRITE: 0.5,
 }
 
 

@@ -1,4 +1,5 @@
-"""Search (E4 to E6): plan, the vector and BM25 retrievers, the chitchat gate, RRF and adoption.
+"""Search (E4 to E6, E11): plan, the vector and BM25 retrievers, the chitchat gate, an optional keyword rewrite,
+RRF, an optional rerank and adoption.
 
 `Searcher` is the engine's public entry for questions:
 `Searcher(reader=..., queries=..., planner=...).run(question) -> SearchResult`.
@@ -16,7 +17,9 @@ from .fuse import rrf_fuse
 from .gate import ChitchatGate
 from .index import VersionReader, top_positions
 from .plan import Planner
+from .rerank import RERANK_CANDIDATES, Reranker, RerankResult
 from .retrieve import MAX_BM25_ROUTES, Bm25Retriever, Bm25Routes, DenseRetriever, DenseRoutes, elapsed_ms
+from .rewrite import QueryRewriter, RewriteRetriever
 from .types import Hit, Plan, SearchResult
 
 __all__ = ["MAX_BM25_ROUTES", "MODES", "Searcher"]
@@ -34,6 +37,9 @@ class Searcher:
     adopter: Adopter = field(default_factory=Adopter)
     gate: ChitchatGate = field(default_factory=ChitchatGate)
     depth: int = 100  # candidates taken from each route before fusion; class sums need depth
+    reranker: Reranker | None = None  # reorders the best fused candidates before adoption (E11); None: off
+    rewriter: QueryRewriter | None = None  # the model's keywords searched beside the question; None: off
+    rerank_candidates: int = RERANK_CANDIDATES  # fused chunks a reranker reorders
     dense: DenseRetriever = field(init=False, repr=False)
     bm25: Bm25Retriever = field(init=False, repr=False)
 
@@ -41,8 +47,12 @@ class Searcher:
         self.dense = DenseRetriever(self.reader, self.queries, depth=self.depth)
         self.bm25 = Bm25Retriever(self.reader, depth=self.depth)
 
-    def run(self, question: str, *, mode: str = "hybrid", top_k: int | None = None, exclude=()) -> SearchResult:
-        """Find the chunks to answer a question from, and record how each stage found them and how long it took."""
+    def run(self, question: str, *, mode: str = "hybrid", top_k: int | None = None, exclude=(),
+            rerank: bool | Reranker | None = None, rewrite: bool | QueryRewriter | None = None) -> SearchResult:
+        """Find the chunks to answer a question from, and record how each stage found them and how long it took.
+
+        `rerank` and `rewrite` choose for this call: None or True runs the configured component (if any),
+        False none, and a component runs that one."""
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
         started = time.perf_counter()
@@ -76,14 +86,32 @@ class Searcher:
                 bm25 = self.bm25.run(plan, tokens)
         rankings = (*(dense.rankings if dense else ()), *(bm25.rankings if bm25 else ()))
 
+        rewriter, rewrite_error = _chosen(self.rewriter, rewrite, "rewrite")
+        rewritten = None
+        if rewriter is not None:
+            with _timed(timings, "rewrite"):
+                rewritten = rewriter.run(plan.corrected_question)
+            if rewritten.keywords:
+                with _timed(timings, "rewrite_search"):
+                    rankings += RewriteRetriever(reader, self.queries, depth=self.depth).run(
+                        rewritten.keywords, reader.tokenize(rewritten.keywords), mode=mode)
+
         with _timed(timings, "fuse"):
             fused = [(reader.index_of(chunk_id), score) for chunk_id, score in rrf_fuse(rankings)]
-
-        with _timed(timings, "adopt"):
-            excluded = {reader.index_of(c) for c in exclude} - {None}
-            hits = self._adopt(plan, fused, excluded, dense, bm25, tokens, top_k)
             fused_hits = tuple(Hit(chunk=reader.chunks[i], score=s, source="rrf", rank=n)
                                for n, (i, s) in enumerate(fused[:self.depth], start=1))
+        excluded = {reader.index_of(c) for c in exclude} - {None}
+
+        reranker, rerank_error = _chosen(self.reranker, rerank, "rerank")
+        reranked = None
+        if reranker is not None and fused:
+            with _timed(timings, "rerank"):
+                fused, reranked = self._rerank(reranker, plan.corrected_question, fused, excluded)
+
+        with _timed(timings, "adopt"):
+            hits = self._adopt(plan, fused, excluded, dense, bm25, tokens, top_k)
+            if reranked is not None and reranked.backend != "none":
+                hits = _marked_reranked(hits, reranked)
         timings["total"] = elapsed_ms(started)
 
         return SearchResult(
@@ -97,7 +125,25 @@ class Searcher:
             version=reader.version,
             weak_evidence=dense is not None and dense.scores is not None and self.gate.is_weak(
                 plan, dense.best_similarity, coverage, offtopic),
+            rerank=reranked.backend if reranked is not None else "none",
+            rerank_error=reranked.error if reranked is not None else rerank_error,
+            reranked=reranked.hits if reranked is not None and reranked.backend != "none" else (),
+            rewrite=rewritten.keywords if rewritten is not None else "",
+            rewrite_error=rewritten.error if rewritten is not None else rewrite_error,
         )
+
+    def _rerank(self, reranker: Reranker, question: str, fused: list[tuple[int, float]],
+                excluded: set[int]) -> tuple[list[tuple[int, float]], RerankResult]:
+        """Rerank the best `rerank_candidates` fused chunks not excluded; the rest follow in fused order."""
+        reader = self.reader
+        candidates = [(i, s) for i, s in fused if i not in excluded][: self.rerank_candidates]
+        result = reranker.run(question, [Hit(chunk=reader.chunks[i], score=s, source="rrf", rank=n)
+                                         for n, (i, s) in enumerate(candidates, start=1)])
+        if result.backend == "none":
+            return fused, result
+        order = [(reader.index_of(h.chunk.chunk_id), h.score) for h in result.hits]
+        placed = {i for i, _ in order}
+        return order + [pair for pair in fused if pair[0] not in placed], result
 
     def _adopt(self, plan: Plan, fused: list[tuple[int, float]], excluded: set[int], dense: DenseRoutes | None,
                bm25: Bm25Routes | None, tokens: list[str], top_k: int | None) -> tuple[Hit, ...]:
@@ -125,6 +171,23 @@ class Searcher:
         return tuple(Hit(chunk=reader.chunks[i], score=fused_score.get(i, 0.0), source="rrf", rank=n,
                          raw_score=float(raw[i]))
                      for n, i in enumerate(adopted, start=1))
+
+
+def _chosen(configured, wanted, stage: str):
+    """Return the component a call runs, and why none runs when one was asked for but none is configured."""
+    if wanted is False:
+        return None, ""
+    if wanted is None or wanted is True:
+        if configured is None and wanted is True:
+            return None, f"{stage}_not_configured: no {stage} component is configured"
+        return configured, ""
+    return wanted, ""
+
+
+def _marked_reranked(hits: tuple[Hit, ...], reranked: RerankResult) -> tuple[Hit, ...]:
+    """Say which adopted hits carry a rerank score (source "rerank") rather than a fused one."""
+    ids = {h.chunk.chunk_id for h in reranked.hits if h.source == "rerank"}
+    return tuple(replace(h, source="rerank") if h.chunk.chunk_id in ids else h for h in hits)
 
 
 def _names_something(plan: Plan) -> bool:

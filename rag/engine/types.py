@@ -99,6 +99,8 @@ class RouteKind(Enum):
     BM25_CLASS = "bm25:class"  # the question without the class's own names, within the class
     BM25_HEAD = "bm25:head"  # the member-name field of a named class
     BM25_MEMBER = "bm25:member"  # a named member's chunks
+    DENSE_REWRITE = "dense:rewrite"  # the model's keyword rewrite of the question, searched as a vector (rewrite.py)
+    BM25_REWRITE = "bm25:rewrite"  # the same keywords by BM25
 
     @property
     def source(self) -> str:
@@ -129,6 +131,11 @@ class SearchResult:
     mode: str = "hybrid"
     version: str = ""
     weak_evidence: bool = False  # nothing found is closer to the question than small talk is to the corpus
+    rerank: str = "none"  # the backend that ordered the fused candidates (E11): "api", "llm" or "none"
+    rerank_error: str = ""  # why a rerank that was asked for fell back to the fused order
+    reranked: tuple[Hit, ...] = ()  # the candidates in the reranker's order, with its scores; () when none ran
+    rewrite: str = ""  # the model's keywords searched beside the question; "" when none were
+    rewrite_error: str = ""  # why a rewrite that was asked for gave nothing
 
 
 @dataclass(frozen=True, slots=True)

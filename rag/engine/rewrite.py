@@ -1,0 +1,116 @@
+"""Query rewriting (seed 002's "agent enhanced search"): the generation model turns a question into search
+keywords, and those keywords are searched beside the question and fused with it by RRF.
+
+`QueryRewriter.run(question) -> Rewrite` asks the model; `RewriteRetriever.run(keywords, tokens)` reads
+one vector search and one BM25 search of the keywords (route kinds `dense:rewrite` and `bm25:rewrite`).
+A rewrite that fails gives no keywords and no routes: the question is searched as without it.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+
+from .breaker import CircuitBreaker
+from .embed import QueryVectorCache
+from .index import VersionReader, top_positions
+from .llm import ChatClient, GenerationError, reply_text
+from .retrieve import elapsed_ms, make_ranking
+from .types import Ranking, RouteKind, Usage
+
+MAX_KEYWORD_CHARS = 300  # a longer reply is an answer or an essay, not keywords
+
+REWRITE_PROMPT = (
+    "You turn a developer's question about an SDK's API documentation into search keywords for its "
+    "documentation search. Keep every API identifier in the question exactly as written (class, method, "
+    "property, constant and option names). Add the class and member names the answer most likely lives "
+    "under. Write the other keywords in the language of the question, and add the English identifiers. "
+    "Reply with the keywords only, on one line, separated by spaces: no explanation, no numbering."
+)
+LABEL_RE = re.compile(r"^(?:search\s+)?(?:keywords?|关键词|关键字|检索词)\s*[:：]\s*", re.I)
+BULLET_RE = re.compile(r"^\s*(?:[-*•]|\d+[.)、])\s+")
+
+
+@dataclass(frozen=True, slots=True)
+class Rewrite:
+    """The model's keywords for a question, or why there are none."""
+
+    keywords: str  # "" when the model gave nothing usable (or only the question again)
+    elapsed_ms: float = 0.0
+    error: str = ""  # why the rewrite failed; "" when it did not
+    usage: Usage = field(default_factory=Usage)
+
+
+def rewrite_messages(question: str) -> list[dict]:
+    return [{"role": "system", "content": REWRITE_PROMPT}, {"role": "user", "content": question}]
+
+
+def parse_keywords(text: str, *, max_chars: int = MAX_KEYWORD_CHARS) -> str:
+    """Read the model's reply as one line of keywords; raise ValueError when it is empty or too long.
+
+    A reasoning block, a code fence, a "Keywords:" label and list bullets are dropped; lines are joined."""
+    lines = [BULLET_RE.sub("", LABEL_RE.sub("", line.strip())) for line in reply_text(text).splitlines()]
+    keywords = " ".join(" ".join(lines).split())
+    if not keywords:
+        raise ValueError("the model gave no keywords")
+    if len(keywords) > max_chars:
+        raise ValueError(f"the model's keywords are longer than {max_chars} characters")
+    return keywords
+
+
+@dataclass
+class QueryRewriter:
+    """Ask the chat model for a question's search keywords; never raise (no keywords on failure)."""
+
+    client: ChatClient
+    breaker: CircuitBreaker = field(default_factory=CircuitBreaker)
+    max_chars: int = MAX_KEYWORD_CHARS
+
+    def run(self, question: str) -> Rewrite:
+        """Return the model's keywords for the question, or none with the reason."""
+        started = time.perf_counter()
+        if not self.breaker.allow():
+            return Rewrite("", elapsed_ms(started), "rewrite_circuit_open: skipped after repeated failures")
+        try:
+            text, usage = self.client.complete(rewrite_messages(question))
+        except GenerationError as exc:
+            self.breaker.record_failure(exc.kind)
+            return Rewrite("", elapsed_ms(started), f"rewrite_{exc.kind}: {exc}")
+        self.breaker.record_success()  # the model answered; an unusable reply is not a failure of the model
+        try:
+            keywords = parse_keywords(text, max_chars=self.max_chars)
+        except ValueError as exc:
+            return Rewrite("", elapsed_ms(started), f"rewrite_malformed: {exc}", usage)
+        if " ".join(keywords.casefold().split()) == " ".join(question.casefold().split()):
+            keywords = ""  # the question again: searching it twice would only count it twice
+        return Rewrite(keywords, elapsed_ms(started), "", usage)
+
+
+@dataclass
+class RewriteRetriever:
+    """Search a rewrite's keywords like the whole question: one vector search, one BM25 search."""
+
+    reader: VersionReader
+    queries: QueryVectorCache
+    depth: int = 100
+
+    def run(self, keywords: str, tokens: list[str], *, mode: str = "hybrid") -> tuple[Ranking, ...]:
+        """Rank the chunks for the keywords (their BM25 `tokens` as this version tokenizes them); the vector
+        route is left out in `bm25` mode and the BM25 route in `vector` mode."""
+        reader = self.reader
+        rankings = []
+        if mode != "bm25":
+            vector, _ = self.queries.embed_query(keywords)
+            scores = reader.dense_scores(vector)
+            if scores is not None:
+                ids, values = top_positions(scores, self.depth)
+            else:  # a version searched through LanceDB's ANN index
+                ids, values = reader.dense_search(vector, self.depth)
+            rankings.append(make_ranking(RouteKind.DENSE_REWRITE, ids, values, reader))
+        if mode != "vector":
+            scores = reader.bm25_scores(tokens)
+            ids, values = top_positions(scores, self.depth, mask=scores > 0)
+            if ids:
+                rankings.append(make_ranking(RouteKind.BM25_REWRITE, ids, values, reader))
+        return tuple(rankings)
