@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from django.conf import settings
@@ -14,6 +14,8 @@ from rag.engine.generate import ExtractiveGenerator, Generator, LlmGenerator
 from rag.engine.llm import ChatClient
 from rag.engine.index import IndexStore, VersionReader
 from rag.engine.plan import Planner
+from rag.engine.rerank import RERANK_CANDIDATES, ApiReranker, LlmReranker, Reranker
+from rag.engine.rewrite import QueryRewriter
 from rag.engine.search import Searcher
 from rag.engine.text import set_cache_dir
 
@@ -29,6 +31,10 @@ class Engine:
     readers: dict  # (kb, version) -> VersionReader; the active version of each base plus a few others
     generator: Generator  # LlmGenerator or ExtractiveGenerator: the same run() and stream()
     max_open: int = 4
+    reranker: Reranker | None = None  # what a search reranks with unless it says otherwise; None: fused order
+    rerankers: dict = field(default_factory=dict)  # every backend configured: "api", "llm" -> Reranker
+    rerank_candidates: int = RERANK_CANDIDATES
+    rewriter: QueryRewriter | None = None  # RAG_QUERY_REWRITE with a generation model; None: off
 
     def reader(self, kb: str, version: str) -> VersionReader:
         key = (kb, version)
@@ -45,7 +51,8 @@ class Engine:
 
     def searcher(self, kb: str, version: str, aliases: dict[str, str]) -> Searcher:
         reader = self.reader(kb, version)
-        return Searcher(reader=reader, queries=self.queries, planner=_planner(reader, aliases))
+        return Searcher(reader=reader, queries=self.queries, planner=_planner(reader, aliases),
+                        reranker=self.reranker, rewriter=self.rewriter, rerank_candidates=self.rerank_candidates)
 
     def forget(self, kb: str, version: str) -> None:
         self.readers.pop((kb, version), None)
@@ -101,21 +108,73 @@ def breaker_key() -> str:
     return f"rag:breaker:{config['GENERATION_BASE_URL']}:{config['GENERATION_MODEL']}"
 
 
-def make_generator() -> Generator:
-    """Return the configured generator: the chat model behind a breaker, or extractive answers."""
+def make_breaker(key: str) -> CircuitBreaker:
+    """A circuit breaker shared by every process through the Django cache, with the configured limits."""
+    config = settings.RAG_ENGINE
+    return CircuitBreaker(store=CacheBreakerStore(key), threshold=config["BREAKER_THRESHOLD"],
+                          cooldown=float(config["BREAKER_COOLDOWN"]))
+
+
+def make_chat_client() -> ChatClient | None:
+    """Return the configured generation model's client, or None when no model is configured."""
     config = settings.RAG_ENGINE
     if not config["GENERATION_BASE_URL"]:
-        return ExtractiveGenerator()
-    client = ChatClient(
+        return None
+    return ChatClient(
         base_url=config["GENERATION_BASE_URL"],
         model=config["GENERATION_MODEL"] or "default",
         api_key=config["GENERATION_API_KEY"],
         timeout=(float(config["GENERATION_CONNECT_TIMEOUT"]), float(config["GENERATION_READ_TIMEOUT"])),
         max_tokens=config["GENERATION_MAX_TOKENS"],
     )
-    breaker = CircuitBreaker(store=CacheBreakerStore(breaker_key()), threshold=config["BREAKER_THRESHOLD"],
-                             cooldown=float(config["BREAKER_COOLDOWN"]))
-    return LlmGenerator(client=client, breaker=breaker)
+
+
+def make_generator() -> Generator:
+    """Return the configured generator: the chat model behind a breaker, or extractive answers."""
+    client = make_chat_client()
+    if client is None:
+        return ExtractiveGenerator()
+    return LlmGenerator(client=client, breaker=make_breaker(breaker_key()))
+
+
+def make_rerankers() -> dict[str, Reranker]:
+    """Return every rerank backend that is configured: "api" with RAG_RERANK_BASE_URL, "llm" with a
+    generation model. Each has its own breaker, so a failing reranker never opens the generation breaker."""
+    config = settings.RAG_ENGINE
+    rerankers: dict[str, Reranker] = {}
+    if config["RERANK_BASE_URL"]:
+        timeout = float(config["RERANK_TIMEOUT"])
+        rerankers["api"] = ApiReranker(
+            base_url=config["RERANK_BASE_URL"], model=config["RERANK_MODEL"] or "default",
+            api_key=config["RERANK_API_KEY"], timeout=(timeout, timeout),
+            breaker=make_breaker(f"rag:breaker:rerank:{config['RERANK_BASE_URL']}:{config['RERANK_MODEL']}"))
+    client = make_chat_client()
+    if client is not None:
+        # A ranking is a short reply: temperature 0 for a repeatable order, a few tokens per passage.
+        client = replace(client, temperature=0.0, max_tokens=8 * config["RERANK_CANDIDATES"] + 64,
+                         timeout=(client.timeout[0], float(config["RERANK_TIMEOUT"])))
+        rerankers["llm"] = LlmReranker(client=client, breaker=make_breaker(f"{breaker_key()}:rerank"))
+    return rerankers
+
+
+def default_reranker(rerankers: dict[str, Reranker]) -> Reranker | None:
+    """The reranker a search uses unless it says otherwise: the API, else the model when RAG_LLM_RERANK."""
+    if "api" in rerankers:
+        return rerankers["api"]
+    if settings.RAG_ENGINE["LLM_RERANK"]:
+        return rerankers.get("llm")
+    return None
+
+
+def make_rewriter() -> QueryRewriter | None:
+    """Return the query rewriter when RAG_QUERY_REWRITE is on and a generation model is configured."""
+    config = settings.RAG_ENGINE
+    client = make_chat_client()
+    if client is None or not config["QUERY_REWRITE"]:
+        return None
+    client = replace(client, temperature=0.0, max_tokens=256,
+                     timeout=(client.timeout[0], float(config["QUERY_REWRITE_TIMEOUT"])))
+    return QueryRewriter(client=client, breaker=make_breaker(f"{breaker_key()}:rewrite"))
 
 
 def get_engine() -> Engine:
@@ -127,6 +186,7 @@ def get_engine() -> Engine:
                 config = settings.RAG_ENGINE
                 set_cache_dir(str(Path(settings.DATA_DIR) / "jieba"))
                 embedder = make_embedder()
+                rerankers = make_rerankers()
                 _engine = Engine(
                     store=IndexStore(
                         lancedb_uri=config["LANCEDB_URI"],
@@ -137,6 +197,10 @@ def get_engine() -> Engine:
                     queries=QueryVectorCache(embedder),
                     readers={},
                     generator=make_generator(),
+                    reranker=default_reranker(rerankers),
+                    rerankers=rerankers,
+                    rerank_candidates=config["RERANK_CANDIDATES"],
+                    rewriter=make_rewriter(),
                 )
     return _engine
 

@@ -155,6 +155,17 @@ RAG_ENGINE = {
     "GENERATION_MAX_TOKENS": env_int("RAG_GENERATION_MAX_TOKENS", default=1024, minimum=16),
     "BREAKER_THRESHOLD": env_int("RAG_BREAKER_THRESHOLD", default=3, minimum=1),
     "BREAKER_COOLDOWN": env_int("RAG_BREAKER_COOLDOWN", default=30, minimum=1),
+    # Rerank (E11): a Jina/Cohere/DashScope-style `/rerank` API when a base URL is set, else optionally the
+    # generation model (listwise); neither: the fused order. RERANK_CANDIDATES fused chunks are reordered.
+    "RERANK_BASE_URL": env_str("RAG_RERANK_BASE_URL", default=""),
+    "RERANK_MODEL": env_str("RAG_RERANK_MODEL", default=""),
+    "RERANK_API_KEY": env_secret("RAG_RERANK_API_KEY"),
+    "RERANK_TIMEOUT": env_float("RAG_RERANK_TIMEOUT", default=10.0, minimum=0.1),  # seconds, API and LLM rerank
+    "LLM_RERANK": env_bool("RAG_LLM_RERANK", default=False),  # without a rerank API: rerank by the chat model
+    "RERANK_CANDIDATES": env_int("RAG_RERANK_CANDIDATES", default=30, minimum=1),
+    # Query rewriting (seed 002's agent enhanced search): the chat model's keywords searched beside the question.
+    "QUERY_REWRITE": env_bool("RAG_QUERY_REWRITE", default=False),
+    "QUERY_REWRITE_TIMEOUT": env_float("RAG_QUERY_REWRITE_TIMEOUT", default=10.0, minimum=0.1),  # seconds
 }
 RAG_WEB_TOKEN_POOL = env_int("RAG_WEB_TOKEN_POOL", default=200_000, minimum=0)  # tokens per day, web channel
 RAG_WEB_TOKEN_ESTIMATE = env_int("RAG_WEB_TOKEN_ESTIMATE", default=3_000, minimum=1)  # reserved per answer

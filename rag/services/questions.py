@@ -74,6 +74,8 @@ class QuestionRequest:
     mode: object = "hybrid"
     exclude: object = ()  # chunk ids the user disabled (E6)
     version: str | None = None  # a named ready version (eval runs, replay); None: the active one
+    rerank: object = None  # True/False: rerank this question or not; None: as configured (RAG_RERANK_*)
+    rewrite: object = None  # True/False: search the model's keyword rewrite too or not; None: as configured
     caller: Caller = field(default_factory=Caller)
     meter: TokenMeter | None = None
     record: bool = True  # False only for batch use that asks not to be recorded (`rag search - --no-record`)
@@ -269,7 +271,8 @@ class _Call:
             # runs; the planner rarely corrects a question, and a corrected one is embedded again.
             engine.queries.prefetch(question)
         searcher = engine.searcher(knowledge_base.slug, row.name, aliases_for(knowledge_base))
-        result = self.result = searcher.run(question, mode=mode, top_k=top_k, exclude=exclude)
+        result = self.result = searcher.run(question, mode=mode, top_k=top_k, exclude=exclude,
+                                            rerank=request.rerank, rewrite=request.rewrite)
         return SearchOutcome(request_id=self.request_id, question=question, kb=knowledge_base.slug, version=row.name,
                              built_at=row.built_at.isoformat() if row.built_at else None, result=result,
                              latency_ms=round(self.elapsed_ms(), 3))
@@ -316,6 +319,9 @@ def _validated(request: QuestionRequest) -> tuple[str, int | None, str, tuple[st
     if (not isinstance(exclude, list | tuple) or len(exclude) > MAX_EXCLUDE
             or not all(isinstance(c, str) and 0 < len(c) <= MAX_CHUNK_ID_CHARS for c in exclude)):
         raise ServiceError("invalid_exclude", f"exclude must be a list of at most {MAX_EXCLUDE} chunk ids.")
+    for name in ("rerank", "rewrite"):
+        if getattr(request, name) is not None and not isinstance(getattr(request, name), bool):
+            raise ServiceError(f"invalid_{name}", f"{name} must be true, false or null.")
     return question, top_k, mode, tuple(exclude)
 
 
