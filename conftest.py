@@ -329,3 +329,67 @@ def llm_server():
     with serve_on_loopback(Handler) as url:
         state.url = url
         yield state
+
+
+# -- a fake rerank API ----------------------------------------------------------------------------------
+
+
+@dataclass
+class RerankServer:
+    """Script what the fake rerank API does next: `replies` is a queue of (kind, payload) consumed per call.
+
+    kinds: "ok" (score each document by the share of the query's words it contains, best first, top_n of
+    them), "dashscope" (the same scores nested in DashScope's `output`), "body" (send `payload` as the JSON
+    body), "raw" (send the bytes `payload` as a body), "500", "slow" (sleep `delay` s, then answer "ok").
+    With no reply scripted, the server answers "ok".
+    """
+
+    url: str
+    replies: list = field(default_factory=list)
+    calls: list = field(default_factory=list)  # {"path", "headers", "body"}
+    delay: float = 2.0
+
+
+def lexical_relevance(query: str, document: str) -> float:
+    """The share of the query's words (lowercased, 2+ characters) found in the document."""
+    words = {w for w in re.findall(r"\w+", query.lower()) if len(w) > 1}
+    return round(sum(w in document.lower() for w in words) / max(len(words), 1), 4)
+
+
+@pytest.fixture
+def rerank_server():
+    """A real HTTP server on 127.0.0.1 speaking the Jina/Cohere-style `/v1/rerank` JSON shape."""
+    import time as _time
+
+    state = RerankServer(url="")
+
+    class Handler(JsonHandler):
+        def do_POST(self):  # noqa: N802 - the http.server API
+            body = self.read_json()
+            state.calls.append({"path": self.path, "headers": dict(self.headers), "body": body})
+            kind, payload = state.replies.pop(0) if state.replies else ("ok", None)
+            if self.path != "/v1/rerank":
+                return self.send_json(404, {"error": "not found"})
+            if kind == "500":
+                return self.send_json(500, {"error": {"message": "rerank exploded"}})
+            if kind == "body":
+                return self.send_json(200, payload)
+            if kind == "raw":
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                return self.wfile.write(payload)
+            if kind == "slow":
+                _time.sleep(state.delay)
+            scored = [{"index": i, "relevance_score": lexical_relevance(body["query"], document)}
+                      for i, document in enumerate(body["documents"])]
+            scored.sort(key=lambda item: -item["relevance_score"])
+            results = scored[: body.get("top_n") or len(scored)]
+            if kind == "dashscope":
+                return self.send_json(200, {"output": {"results": results}, "usage": {"total_tokens": 10}})
+            return self.send_json(200, {"model": body.get("model"), "results": results})
+
+    with serve_on_loopback(Handler) as url:
+        state.url = url
+        yield state
