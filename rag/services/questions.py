@@ -266,10 +266,6 @@ class _Call:
         knowledge_base = kb_get_current(self.kb)
         row = _version_of(knowledge_base, request.version)
         engine = get_engine()
-        if mode != "bm25":
-            # Embed on a background thread while the aliases are read, the version opens and the planner
-            # runs; the planner rarely corrects a question, and a corrected one is embedded again.
-            engine.queries.prefetch(question)
         searcher = engine.searcher(knowledge_base.slug, row.name, aliases_for(knowledge_base))
         result = self.result = searcher.run(question, mode=mode, top_k=top_k, exclude=exclude,
                                             rerank=request.rerank, rewrite=request.rewrite)

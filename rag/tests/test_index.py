@@ -13,7 +13,7 @@ import lancedb
 import numpy as np
 import pytest
 
-from rag.engine.embed import EmbeddingError, OpenAIEmbedder, QueryVectorCache
+from rag.engine.embed import EmbeddingError, OpenAIEmbedder
 from rag.engine.index import CHUNKS_FILE, MANIFEST, VECTORS_FILE, IndexError_, VersionReader, table_name
 from rag.engine.text import sha1
 
@@ -444,65 +444,3 @@ def test_a_version_searched_through_the_ann_index_writes_no_in_memory_files(tmp_
     folder = store.version_dir("sdk", "v1")
     assert not (folder / VECTORS_FILE).exists() and not (folder / CHUNKS_FILE).exists()
     assert "memory_files" not in json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
-
-
-# -- query vectors ---------------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass
-class SlowCountingEmbedder(HashEmbedder):
-    """A hash embedder that takes a moment per query and counts them (to see a prefetch at work)."""
-
-    queries: list = dataclasses.field(default_factory=list)
-    fail: bool = False
-
-    def embed_query(self, text):
-        import time
-
-        time.sleep(0.05)
-        self.queries.append(text)
-        if self.fail:
-            raise RuntimeError("embedding endpoint went away")
-        return self._vector(text)
-
-
-def test_a_prefetched_question_is_embedded_once_and_is_not_a_cache_hit():
-    embedder = SlowCountingEmbedder()
-    queries = QueryVectorCache(embedder)
-
-    queries.prefetch("雾的颜色")
-    vector, cached = queries.embed_query("雾的颜色")
-    again, cached_again = queries.embed_query("雾的颜色")
-
-    assert np.array_equal(vector, embedder._vector("雾的颜色")) and again is vector
-    assert (cached, cached_again, queries.misses, queries.hits) == (False, True, 1, 1)
-    assert embedder.queries == ["雾的颜色"]
-
-
-def test_a_prefetch_of_another_text_does_not_answer_the_question():
-    embedder = SlowCountingEmbedder()
-    queries = QueryVectorCache(embedder)
-
-    queries.prefetch("raycaster 的用法")
-    vector, cached = queries.embed_query("Raycaster 的用法")
-
-    assert np.array_equal(vector, embedder._vector("Raycaster 的用法")) and not cached
-    assert "Raycaster 的用法" in embedder.queries
-
-
-def test_a_failed_prefetch_raises_from_the_question_that_waits_for_it():
-    queries = QueryVectorCache(SlowCountingEmbedder(fail=True))
-
-    queries.prefetch("雾的颜色")
-
-    with pytest.raises(RuntimeError, match="went away"):
-        queries.embed_query("雾的颜色")
-
-
-def test_prefetches_nobody_asks_for_are_bounded():
-    queries = QueryVectorCache(SlowCountingEmbedder(), max_pending=3)
-
-    for n in range(10):
-        queries.prefetch(f"问题 {n}")
-
-    assert len(queries._pending) == 3
