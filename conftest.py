@@ -204,7 +204,8 @@ def serve_on_loopback(handler):
     """Run an HTTP server on a free 127.0.0.1 port in a thread; yield its `/v1` base URL."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # Poll often: shutdown() waits for the next poll, and each test using a server stops one.
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}/v1"

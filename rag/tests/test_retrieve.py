@@ -43,18 +43,19 @@ def names_kinds_weights(rankings) -> list[tuple[str, RouteKind, float]]:
 # -- route kinds and weights -------------------------------------------------------------------------
 
 
-def test_every_route_kind_has_a_weight_and_only_two_differ_from_one():
+def test_every_route_kind_has_a_weight_and_only_three_differ_from_one():
     differing = {kind: weight for kind, weight in ROUTE_WEIGHTS.items() if weight != 1.0}
 
     assert set(ROUTE_WEIGHTS) == set(RouteKind)
-    assert differing == {RouteKind.DENSE_CLASS: 2.0, RouteKind.BM25_QUESTION: 0.5}
+    assert differing == {RouteKind.DENSE_CLASS: 2.0, RouteKind.BM25_QUESTION: 0.5, RouteKind.BM25_REWRITE: 0.5}
 
 
 def test_a_route_kind_names_its_retriever_family():
     families = {kind: kind.source for kind in RouteKind}
 
     assert families == {RouteKind.DENSE: "dense", RouteKind.DENSE_CLASS: "dense", RouteKind.BM25_QUESTION: "bm25",
-                        RouteKind.BM25_CLASS: "bm25", RouteKind.BM25_HEAD: "bm25", RouteKind.BM25_MEMBER: "bm25"}
+                        RouteKind.BM25_CLASS: "bm25", RouteKind.BM25_HEAD: "bm25", RouteKind.BM25_MEMBER: "bm25",
+                        RouteKind.DENSE_REWRITE: "dense", RouteKind.BM25_REWRITE: "bm25"}
 
 
 # -- the dense retriever -----------------------------------------------------------------------------
