@@ -6,11 +6,14 @@ Plain Python, no Django: `make bench` and the evaluation app score with the same
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
 OPERATORS = (">=", "<=")
+ANSWERABLE_LAYERS = ("plain", "colloquial", "member", "typo", "multi")  # SCHEMA.md's layers, negatives aside
+HALVES = ("A", "B")
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,3 +207,29 @@ def summarize(scores: list[QuestionScore]) -> RetrievalReport:
     }
     gates = [gate.check(metrics[gate.metric], counts=counts) for gate in RETRIEVAL_GATES]
     return RetrievalReport(metrics=metrics, counts=counts, gates=gates)
+
+
+def id_half(question_id: str) -> str:
+    """Name the fixed half of a golden question: "A" when its id ends in an odd number, "B" when even.
+
+    The rule reads only the id (`r-001` is A, `rd-064` is B), so the halves never change between runs and
+    a question keeps its half when others are added.
+    """
+    suffix = re.search(r"(\d+)$", question_id)
+    if suffix is None:
+        raise ValueError(f"a golden question's id ends in a number (r-001, rd-017), not {question_id!r}")
+    return "A" if int(suffix.group(1)) % 2 else "B"
+
+
+def split_halves(scores: list[QuestionScore]) -> dict[str, list[QuestionScore]]:
+    """Split scored questions into the two fixed halves of `id_half`, each in the given order."""
+    halves: dict[str, list[QuestionScore]] = {half: [] for half in HALVES}
+    for score in scores:
+        halves[id_half(score.id)].append(score)
+    return halves
+
+
+def class_hit_by_layer(scores: list[QuestionScore]) -> dict[str, float | None]:
+    """Class hit of the answerable questions of each layer; None for a layer with no question."""
+    return {layer: rate([s.class_hit for s in scores if s.answerable and s.layer == layer])
+            for layer in ANSWERABLE_LAYERS}

@@ -1,5 +1,6 @@
-"""The release gate type (rag.metrics.Gate): one comparison and one row shape for every gate table. The
-seed's thresholds and notes per gate table are checked in evaluation/tests/test_rules.py."""
+"""The release gate type (rag.metrics.Gate): one comparison and one row shape for every gate table, and the
+helpers `make bench` splits and breaks down its tables with. The seed's thresholds and notes per gate table
+are checked in evaluation/tests/test_rules.py."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from rag import metrics
-from rag.metrics import Gate, GateResult
+from rag.metrics import Gate, GateResult, QuestionScore, class_hit_by_layer, id_half, split_halves
 
 
 @pytest.mark.parametrize(("op", "value", "status"), [
@@ -57,6 +58,45 @@ def test_a_gate_refuses_an_unknown_operator():
     with pytest.raises(ValueError, match="op"):
         Gate("class_hit", ">", 0.9)
 
+
+def make_score(question_id: str, layer: str = "plain", *, class_hit: bool = False) -> QuestionScore:
+    return QuestionScore(id=question_id, layer=layer, answerable=layer != "negative", empty=False,
+                         class_hit=class_hit)
+
+
+@pytest.mark.parametrize(("question_id", "half"), [
+    ("r-001", "A"), ("r-002", "B"), ("rd-064", "B"), ("rd-065", "A"), ("h-10", "B"), ("x-2-7", "A"),
+])
+def test_a_question_s_half_is_read_from_the_number_its_id_ends_in(question_id, half):
+    assert id_half(question_id) == half
+
+
+def test_an_id_without_a_number_has_no_half():
+    with pytest.raises(ValueError, match="ends in a number"):
+        id_half("r-first")
+
+
+def test_the_halves_split_by_id_alone_and_keep_the_given_order():
+    scores = [make_score(question_id) for question_id in ("r-004", "r-001", "r-002", "r-003")]
+
+    halves = split_halves(scores)
+
+    assert {half: [s.id for s in part] for half, part in halves.items()} == {"A": ["r-001", "r-003"],
+                                                                              "B": ["r-004", "r-002"]}
+    assert split_halves(list(reversed(scores)))["A"] == list(reversed(halves["A"]))
+
+
+def test_both_halves_exist_even_when_one_is_empty():
+    assert split_halves([make_score("r-001")]) == {"A": [make_score("r-001")], "B": []}
+
+
+def test_class_hit_by_layer_counts_answerable_questions_of_each_layer():
+    scores = [make_score("r-001", "plain", class_hit=True), make_score("r-002", "plain"),
+              make_score("r-003", "colloquial", class_hit=True), make_score("r-004", "negative", class_hit=True)]
+
+    by_layer = class_hit_by_layer(scores)
+
+    assert by_layer == {"plain": 0.5, "colloquial": 1.0, "member": None, "typo": None, "multi": None}
 
 
 def test_the_metrics_are_plain_python_for_make_bench():
