@@ -115,8 +115,9 @@ def hourly_live(channels, since, until):
 
 
 def first_id_since(moment) -> int | None:
-    """The id of the first request recorded at or after `moment` (ids grow with time), via the time index."""
-    return (RequestRecord.objects.filter(created_at__gte=moment).order_by("created_at")
+    """The id of the first request recorded at or after `moment` (ids grow with time), via the time index;
+    of requests recorded at the same moment, the lowest id (PostgreSQL returns ties in any order)."""
+    return (RequestRecord.objects.filter(created_at__gte=moment).order_by("created_at", "id")
             .values_list("id", flat=True).first())
 
 
