@@ -31,6 +31,27 @@ class GenerationError(Exception):
         self.kind = kind  # "timeout", "http", "connection", "malformed"
 
 
+def post_json(url: str, payload: dict, *, api_key: str, timeout, error: type[Exception], service: str,
+              stream: bool = False):
+    """POST JSON with an optional Bearer key; return the 200 response, else raise `error(kind, message)` with
+    kind "timeout", "connection" or "http" (the key never appears in a message)."""
+    import requests
+
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    try:
+        response = requests.post(url, json=payload, headers=headers, timeout=timeout, stream=stream)
+    except requests.Timeout as exc:
+        raise error("timeout", f"{service} did not answer in time") from exc
+    except requests.RequestException as exc:
+        raise error("connection", f"cannot reach {service} ({type(exc).__name__})") from exc
+    if response.status_code != 200:
+        response.close()
+        raise error("http", f"{service} answered HTTP {response.status_code}")
+    return response
+
+
 @dataclass
 class ChatClient:
     """A client for any OpenAI-compatible `/chat/completions` endpoint (DeepSeek, DashScope, vLLM, llama.cpp)."""
@@ -44,28 +65,14 @@ class ChatClient:
     seed: int | None = None  # for repeatable output where the provider takes one (the judge)
 
     def _request(self, messages: list[dict], *, stream: bool):
-        import requests
-
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
         payload = {"model": self.model, "messages": messages, "temperature": self.temperature,
                    "max_tokens": self.max_tokens, "stream": stream}
         if stream:
             payload["stream_options"] = {"include_usage": True}
         if self.seed is not None:
             payload["seed"] = self.seed
-        try:
-            response = requests.post(self.base_url.rstrip("/") + "/chat/completions", json=payload,
-                                     headers=headers, timeout=self.timeout, stream=stream)
-        except requests.Timeout as exc:
-            raise GenerationError("timeout", "the generation model did not answer in time") from exc
-        except requests.RequestException as exc:
-            raise GenerationError("connection", f"cannot reach the generation model ({type(exc).__name__})") from exc
-        if response.status_code != 200:
-            response.close()
-            raise GenerationError("http", f"the generation model answered HTTP {response.status_code}")
-        return response
+        return post_json(self.base_url.rstrip("/") + "/chat/completions", payload, api_key=self.api_key,
+                         timeout=self.timeout, stream=stream, error=GenerationError, service="the generation model")
 
     def complete(self, messages: list[dict]) -> tuple[str, Usage]:
         """Return the whole answer and its token usage."""

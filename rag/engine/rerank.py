@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from .breaker import CircuitBreaker
-from .llm import ChatClient, GenerationError, reply_text
+from .llm import ChatClient, GenerationError, post_json, reply_text
 from .retrieve import elapsed_ms
 from .types import Hit, Usage
 
@@ -109,36 +109,19 @@ class ApiReranker:
     def run(self, question: str, hits: Sequence[Hit]) -> RerankResult:
         """Reorder the hits by the API's relevance scores; on any failure keep their order."""
         started = time.perf_counter()
-        if not hits:
-            return _unchanged(hits, started)
-        if not self.breaker.allow():
-            return _unchanged(hits, started, CIRCUIT_OPEN)
-        try:
-            order = self.scores(question, [passage_text(h, self.passage_chars) for h in hits])
-        except RerankError as exc:
-            self.breaker.record_failure(exc.kind)
-            return _unchanged(hits, started, f"rerank_{exc.kind}: {exc}")
-        self.breaker.record_success()
+        order, failed = _guarded(self.breaker, hits, RerankError,
+                                 lambda: self.scores(question, [passage_text(h, self.passage_chars) for h in hits]))
+        if failed is not None:
+            return _unchanged(hits, started, failed)
         return RerankResult(hits=reordered(hits, order), backend="api", elapsed_ms=elapsed_ms(started))
 
     def scores(self, query: str, documents: list[str]) -> list[tuple[int, float]]:
         """Return (document position, relevance score) pairs, best first; raise RerankError."""
         import requests
 
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
         payload = {"model": self.model, "query": query, "documents": documents, "top_n": len(documents)}
-        try:
-            response = requests.post(self.base_url.rstrip("/") + "/rerank", json=payload, headers=headers,
-                                     timeout=self.timeout)
-        except requests.Timeout as exc:
-            raise RerankError("timeout", "the rerank API did not answer in time") from exc
-        except requests.RequestException as exc:
-            raise RerankError("connection", f"cannot reach the rerank API ({type(exc).__name__})") from exc
-        if response.status_code != 200:
-            response.close()
-            raise RerankError("http", f"the rerank API answered HTTP {response.status_code}")
+        response = post_json(self.base_url.rstrip("/") + "/rerank", payload, api_key=self.api_key,
+                             timeout=self.timeout, error=RerankError, service="the rerank API")
         try:
             body = response.json()
         except (ValueError, requests.RequestException) as exc:
@@ -238,16 +221,12 @@ class LlmReranker:
     def run(self, question: str, hits: Sequence[Hit]) -> RerankResult:
         """Reorder the hits as the model ranks them; on any failure keep their order."""
         started = time.perf_counter()
-        if not hits:
-            return _unchanged(hits, started)
-        if not self.breaker.allow():
-            return _unchanged(hits, started, CIRCUIT_OPEN)
-        try:
-            text, usage = self.client.complete(llm_rerank_messages(question, hits, self.passage_chars))
-        except GenerationError as exc:
-            self.breaker.record_failure(exc.kind)
-            return _unchanged(hits, started, f"rerank_{exc.kind}: {exc}")
-        self.breaker.record_success()  # the model answered; an unusable ranking is not a failure of the model
+        # The model answered when this succeeds; an unusable ranking below is not a failure of the model.
+        reply, failed = _guarded(self.breaker, hits, GenerationError,
+                                 lambda: self.client.complete(llm_rerank_messages(question, hits, self.passage_chars)))
+        if failed is not None:
+            return _unchanged(hits, started, failed)
+        text, usage = reply
         try:
             positions = parse_llm_order(text, len(hits))
         except ValueError as exc:
@@ -255,3 +234,19 @@ class LlmReranker:
         count = len(hits)
         order = [(p, (count - n) / count) for n, p in enumerate(positions)]
         return RerankResult(hits=reordered(hits, order), backend="llm", elapsed_ms=elapsed_ms(started), usage=usage)
+
+
+def _guarded(breaker: CircuitBreaker, hits: Sequence[Hit], errors: type[Exception], call):
+    """Run one backend call through the breaker: (result, None), or (None, why the order stays as it is).
+    No hits asks nothing ("" as the reason: nothing failed)."""
+    if not hits:
+        return None, ""
+    if not breaker.allow():
+        return None, CIRCUIT_OPEN
+    try:
+        result = call()
+    except errors as exc:
+        breaker.record_failure(exc.kind)
+        return None, f"rerank_{exc.kind}: {exc}"
+    breaker.record_success()
+    return result, None
