@@ -1,8 +1,16 @@
-"""Off-topic probe sentences used to calibrate the chitchat gate for each model and corpus.
+"""Sentences that are not about any documentation: the chitchat gate's two references (E7).
 
-At build time each probe is embedded and its best similarity to any chunk recorded; a question is
-chitchat only when it sits no closer to the corpus than these probes (plus a margin). Written here,
-deliberately about everyday life, so any documentation corpus is far from them.
+`PROBES` calibrate the gate against a corpus: at build time each is embedded and its best similarity to
+any chunk recorded (the manifest's `offtopic_similarity`); a question far from the corpus is chitchat
+only when it sits no closer to it than these probes, plus a margin.
+
+`EXEMPLARS` recognise chitchat from the question itself: a question naming nothing that is closer to one of
+them than to every chunk of the corpus is small talk. This is what keeps working on a corpus that itself
+discusses chitchat (the bundled docs describe greetings and fixed replies, so the probes sit close to it).
+They are embedded once per embedding model and process (gate.ExemplarVectors) and compared with the
+question's vector the search already has. Written here, one or two of each kind: greetings, thanks and
+farewells, questions about the assistant, and everyday small talk, in Chinese and English; none names
+anything a documentation set would.
 """
 
 PROBES = (
@@ -22,4 +30,20 @@ PROBES = (
     "Who won the football match yesterday?",
     "Recommend a good novel for the holidays.",
     "Write a birthday message for my friend.",
+)
+
+EXEMPLARS = (
+    # greetings, thanks and farewells
+    "你好呀", "早上好，今天心情不错", "谢谢你的帮助", "好的，再见",
+    "Hi there!", "Thanks so much, that helped.", "Good night, talk to you tomorrow.",
+    # the assistant itself
+    "你是谁？你是机器人吗？", "你用的是哪个大模型？", "你能做些什么？",
+    "Who are you and who built you?", "Which language model are you?", "Are you a real person?",
+    # everyday small talk
+    "今天天气怎么样？", "周末有什么好玩的地方推荐？", "晚饭吃什么好？", "讲个笑话给我听", "帮我写一首诗",
+    "推荐一部好看的电影", "你觉得未来会怎样？", "我今天有点累，不想上班", "这只股票会涨吗？",
+    "帮我翻译一句话", "你喜欢什么颜色？", "最近有什么新闻？",
+    "What's the weather like today?", "Tell me a joke.", "Write me a short poem about the sea.",
+    "Can you recommend a good movie?", "What should I eat for lunch?", "Where should I travel this summer?",
+    "Do you think robots will replace us?", "I'm bored, let's chat.", "Who will win the next World Cup?",
 )

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from .adopt import Adopter
 from .embed import QueryVectorCache
 from .fuse import rrf_fuse
-from .gate import ChitchatGate
+from .gate import EXEMPLAR_VECTORS, ChitchatGate, ExemplarVectors, weighted_coverage
 from .index import VersionReader, top_positions
 from .plan import Planner
 from .rerank import RERANK_CANDIDATES, Reranker, RerankResult
@@ -36,6 +36,7 @@ class Searcher:
     planner: Planner
     adopter: Adopter = field(default_factory=Adopter)
     gate: ChitchatGate = field(default_factory=ChitchatGate)
+    exemplars: ExemplarVectors = field(default_factory=lambda: EXEMPLAR_VECTORS, repr=False)  # once per model
     depth: int = 100  # candidates taken from each route before fusion; class sums need depth
     reranker: Reranker | None = None  # reorders the best fused candidates before adoption (E11); None: off
     rewriter: QueryRewriter | None = None  # the model's keywords searched beside the question; None: off
@@ -75,7 +76,13 @@ class Searcher:
 
         offtopic = reader.manifest.get("offtopic_similarity")
         coverage = reader.vocabulary_coverage(tokens)
-        if dense is not None and self.gate.is_chitchat(plan, dense.best_similarity, coverage, offtopic):
+        exemplar = weighted = None
+        if dense is not None and not _names_something(plan):
+            weighted = weighted_coverage(tokens, _document_frequency(reader), reader.bm25_count)
+            vector, _ = self.queries.embed_query(plan.corrected_question)  # cached by the dense route
+            exemplar = self.exemplars.similarity(self.queries.embedder, vector)
+        if dense is not None and self.gate.is_chitchat(plan, dense.best_similarity, coverage, offtopic,
+                                                       exemplar_similarity=exemplar, weighted_coverage=weighted):
             timings["total"] = elapsed_ms(started)
             return SearchResult(plan=replace(plan, kind="chitchat", reason="not a question about this documentation"),
                                 hits=(), rankings=dense.rankings, timings_ms=timings, mode=mode, version=reader.version)
@@ -124,7 +131,7 @@ class Searcher:
             mode=mode,
             version=reader.version,
             weak_evidence=dense is not None and dense.scores is not None and self.gate.is_weak(
-                plan, dense.best_similarity, coverage, offtopic),
+                plan, dense.best_similarity, coverage, offtopic, weighted_coverage=weighted),
             rerank=reranked.backend if reranked is not None else "none",
             rerank_error=reranked.error if reranked is not None else rerank_error,
             reranked=reranked.hits if reranked is not None and reranked.backend != "none" else (),
@@ -188,6 +195,20 @@ def _marked_reranked(hits: tuple[Hit, ...], reranked: RerankResult) -> tuple[Hit
     """Say which adopted hits carry a rerank score (source "rerank") rather than a fused one."""
     ids = {h.chunk.chunk_id for h in reranked.hits if h.source == "rerank"}
     return tuple(replace(h, source="rerank") if h.chunk.chunk_id in ids else h for h in hits)
+
+
+def _document_frequency(reader: VersionReader):
+    """Return a function giving the number of chunks whose BM25 text holds a token (bm25s keeps one
+    column of its sparse score matrix per token, so a token's frequency is the length of its column)."""
+    vocabulary, indptr = reader.bm25.vocab_dict, reader.bm25.scores["indptr"]
+
+    def frequency(token: str) -> int:
+        column = vocabulary.get(token)
+        if column is None or column + 1 >= len(indptr):
+            return 0
+        return int(indptr[column + 1] - indptr[column])
+
+    return frequency
 
 
 def _names_something(plan: Plan) -> bool:
