@@ -23,7 +23,7 @@ migrate: install
 
 run: migrate
 	$(PY) manage.py collectstatic --noinput -v0
-	$(PY) manage.py rag reindex --if-changed
+	$(PY) manage.py rag reindex --if-changed --background
 	@echo ""
 	@echo "  Serving on http://$(HOST):$(PORT)/  (admin: http://$(HOST):$(PORT)/admin/, Ctrl-C stops)"
 	@echo ""

@@ -75,6 +75,8 @@ class IndexVersion(models.Model):
     chunk_count = models.PositiveIntegerField(default=0)
     chunks_embedded = models.PositiveIntegerField(default=0)
     chunks_reused = models.PositiveIntegerField(default=0)
+    progress_done = models.PositiveIntegerField(default=0, help_text="Chunks embedded so far by a running build")
+    progress_total = models.PositiveIntegerField(default=0, help_text="Chunks a running build has to embed")
     corpus_hash = models.CharField(max_length=40, blank=True, help_text="Hash of every document hash")
     document_hashes = models.JSONField(default=dict, blank=True, help_text="path -> content hash at build time")
     timings = models.JSONField(default=dict, blank=True)

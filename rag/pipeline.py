@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from rag.engine.rewrite import QueryRewriter
 from rag.engine.search import Searcher
 from rag.engine.text import set_cache_dir
 
+log = logging.getLogger(__name__)
 _lock = threading.Lock()
 _engine = None
 
@@ -203,6 +206,49 @@ def get_engine() -> Engine:
                     rewriter=make_rewriter(),
                 )
     return _engine
+
+
+def warm_up() -> dict:
+    """Load what the first question would otherwise wait for: the embedding model (a query embedded once), the
+    Chinese segmenter, and the reader of every active version. Servers call it on a thread at start
+    (`start_warm_up`), so a fresh start does not make its first user wait seconds. Returns seconds per part."""
+    from rag.engine.text import tokenize
+    from rag.models import KnowledgeBase
+
+    timings: dict[str, float] = {}
+    engine = get_engine()
+    started = time.perf_counter()
+    engine.embedder.open()
+    engine.embedder.embed_query("warm up 预热")
+    timings["model"] = time.perf_counter() - started
+    started = time.perf_counter()
+    tokenize("预热分词 warm up")
+    timings["segmenter"] = time.perf_counter() - started
+    started = time.perf_counter()
+    for kb in KnowledgeBase.objects.select_related("active_version").exclude(active_version=None):
+        engine.reader(kb.slug, kb.active_version.name)
+    timings["readers"] = time.perf_counter() - started
+    return timings
+
+
+def start_warm_up() -> threading.Thread | None:
+    """warm_up() on a daemon thread when RAG_WARM_UP is on (servers; off in tests); failures are only logged."""
+    if not getattr(settings, "RAG_WARM_UP", False):
+        return None
+
+    def run() -> None:
+        from django.db import connection
+
+        try:
+            log.info("warmed up in %s", warm_up())
+        except Exception:  # noqa: BLE001 - a failed warm-up only means the first question loads what it needs
+            log.exception("warm-up failed; the first question will load the model")
+        finally:
+            connection.close()  # this thread's own connection
+
+    thread = threading.Thread(target=run, name="rag-warm-up", daemon=True)
+    thread.start()
+    return thread
 
 
 def reset_engine() -> None:

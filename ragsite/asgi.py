@@ -14,7 +14,10 @@ django_application = get_asgi_application()
 from apikeys.mcp.http import McpHttpApp, is_mcp_path  # noqa: E402  (needs the apps loaded above)
 from assistant.routing import websocket_urlpatterns  # noqa: E402
 
+from rag.pipeline import start_warm_up  # noqa: E402
+
 mcp_application = McpHttpApp()
+start_warm_up()  # the model loads now, not on the first question (RAG_WARM_UP)
 
 
 async def http_application(scope, receive, send):

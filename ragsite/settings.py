@@ -171,6 +171,7 @@ RAG_ENGINE = {
 RAG_WEB_TOKEN_POOL = env_int("RAG_WEB_TOKEN_POOL", default=200_000, minimum=0)  # tokens per day, web channel
 RAG_WEB_TOKEN_ESTIMATE = env_int("RAG_WEB_TOKEN_ESTIMATE", default=3_000, minimum=1)  # reserved per answer
 RAG_DEFAULT_KB = env_str("RAG_DEFAULT_KB", default="docs")
+RAG_WARM_UP = env_bool("RAG_WARM_UP", default=True)  # a server loads the model at start, not on the first question
 RAG_DEFAULT_KB_SOURCE = env_str("RAG_DEFAULT_KB_SOURCE", default=str(BASE_DIR / "docs"))
 
 # The MCP service (apikeys/mcp): tools are named search_<slug>_docs and ask_<slug>_docs.

@@ -248,19 +248,21 @@ class IndexStore:
     def version_dir(self, kb: str, version: str) -> Path:
         return Path(self.index_dir) / kb / version
 
-    def build(self, kb: str, version: str, chunks: list[Chunk], embedder: Embedder, progress=None) -> BuildReport:
-        """Embed (reusing known vectors), write both indexes, validate; raise on any failure, leaving no version."""
-        if not chunks:
-            raise IndexError_("no chunks to index: the source folder holds no Markdown or HTML pages")
+    def embed_chunks(self, chunks: list[Chunk], embedder: Embedder, *, progress=None,
+                     prebuilt: dict[str, np.ndarray] | None = None) -> tuple[np.ndarray, int, int, dict[str, float]]:
+        """The vector of every chunk: from the embedding cache, else from `prebuilt` (a source folder's pack,
+        see vectorpack.py), else embedded now and cached. Returns the vectors, how many distinct texts were
+        embedded, how many chunks took a vector that was not embedded now (reused), and timings."""
         timings: dict[str, float] = {}
         started = time.perf_counter()
         cache = EmbeddingCache(self.lancedb_uri, embedder.dimension)
         hashes = [c.text_hash for c in chunks]
         known = cache.lookup(embedder.model_id, hashes)
-        missing = [i for i, h in enumerate(hashes) if h not in known]
+        shipped = {h: prebuilt[h] for h in set(hashes) - known.keys() if prebuilt and h in prebuilt}
         unique_missing: dict[str, int] = {}
-        for i in missing:
-            unique_missing.setdefault(hashes[i], i)
+        for i, h in enumerate(hashes):
+            if h not in known and h not in shipped:
+                unique_missing.setdefault(h, i)
         timings["cache_lookup"] = time.perf_counter() - started
 
         t0 = time.perf_counter()
@@ -277,11 +279,23 @@ class IndexStore:
                 new_vectors[h] = v
             if progress:
                 progress(min(start + batch, len(order)), len(order))
+        if progress and not order:
+            progress(0, 0)  # nothing to embed: still a sign of life
         timings["embed"] = time.perf_counter() - t0
-        if new_vectors:
-            cache.store(embedder.model_id, list(new_vectors), np.stack(list(new_vectors.values())))
+        fresh = {**shipped, **new_vectors}
+        if fresh:
+            cache.store(embedder.model_id, list(fresh), np.stack(list(fresh.values())))
+        vectors = np.stack([known[h] if h in known else fresh[h] for h in hashes]).astype(np.float32)
+        reused = sum(1 for h in hashes if h not in unique_missing)
+        return vectors, len(unique_missing), reused, timings
 
-        vectors = np.stack([known.get(h) if h in known else new_vectors[h] for h in hashes]).astype(np.float32)
+    def build(self, kb: str, version: str, chunks: list[Chunk], embedder: Embedder, progress=None,
+              prebuilt: dict[str, np.ndarray] | None = None) -> BuildReport:
+        """Embed (reusing known vectors), write both indexes, validate; raise on any failure, leaving no version."""
+        if not chunks:
+            raise IndexError_("no chunks to index: the source folder holds no Markdown or HTML pages")
+        started = time.perf_counter()
+        vectors, embedded, reused, timings = self.embed_chunks(chunks, embedder, progress=progress, prebuilt=prebuilt)
 
         t0 = time.perf_counter()
         folder = self.version_dir(kb, version)
@@ -339,8 +353,8 @@ class IndexStore:
         return BuildReport(
             version=version,
             chunk_count=len(chunks),
-            embedded=len(unique_missing),
-            reused=len(chunks) - len(missing),
+            embedded=embedded,
+            reused=reused,
             dimension=int(vectors.shape[1]),
             model_id=embedder.model_id,
             timings_s={k: round(v, 3) for k, v in timings.items()},

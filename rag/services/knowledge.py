@@ -15,14 +15,16 @@ from rag.engine.chunk import chunk_documents
 from rag.engine.ingest import IngestError, read_folder
 from rag.engine.text import sha1
 from rag.engine.types import SourceDocument
+from rag.engine.vectorpack import read_pack, write_pack
 from rag.errors import ServiceError
 from rag.models import ClassAlias, Document, IndexVersion, KnowledgeBase
 from rag.pipeline import get_engine
 
 log = logging.getLogger(__name__)
 
-STALE_BUILD_SECONDS = 600  # a build silent this long died with its process (it beats every few seconds)
-HEARTBEAT_SECONDS = 15
+STALE_BUILD_SECONDS = 180  # a build silent this long died with its process (it beats every few seconds)
+BUILDING_RETRY_AFTER = 5  # seconds a caller is asked to wait while the first index is built
+HEARTBEAT_SECONDS = 5  # also how often a running build's progress is written
 
 
 def kb_get(slug: str) -> KnowledgeBase:
@@ -137,41 +139,71 @@ def _new_version_name() -> str:
     return timezone.now().strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
 
 
-def index_build(kb: KnowledgeBase, *, progress=None, activate: bool = True) -> IndexVersion:
-    """Ingest the source folder, build a new version of both indexes, validate it, then switch to it.
+def index_build_queue(kb: KnowledgeBase) -> IndexVersion:
+    """Start a build in the background (the Celery worker runs it) and return its version at once.
 
-    A failed build is recorded as failed and leaves the active version untouched.
+    The version exists from now on with status "building", so until it is active every question to a knowledge
+    base without an index gets `index_building` with its progress, not "no index". One build per base at a time.
     """
-    started = time.perf_counter()
+    from rag.tasks import index_build_task
+
+    with transaction.atomic():
+        KnowledgeBase.objects.select_for_update().filter(pk=kb.pk).first()
+        version = _start_version(kb)
+    transaction.on_commit(lambda: index_build_task.delay(kb.pk, version.pk))
+    return version
+
+
+def _start_version(kb: KnowledgeBase) -> IndexVersion:
     _fail_abandoned_builds(kb)
     if kb.versions.filter(status=IndexVersion.Status.BUILDING).exists():
         raise ServiceError("index_build_running", f"A build of {kb.slug} is already running.", status=409)
+    return IndexVersion.objects.create(kb=kb, name=_new_version_name(), model_id=get_engine().embedder.model_id)
+
+
+def index_build(kb: KnowledgeBase, *, progress=None, activate: bool = True,
+                version: IndexVersion | None = None) -> IndexVersion:
+    """Ingest the source folder, build a new version of both indexes, validate it, then switch to it.
+
+    `version` is one that index_build_queue created for this build; without it a new one is started here.
+    A failed build is recorded as failed and leaves the active version untouched.
+    """
+    started = time.perf_counter()
+    if version is None:
+        _fail_abandoned_builds(kb)
+        if kb.versions.filter(status=IndexVersion.Status.BUILDING).exists():
+            raise ServiceError("index_build_running", f"A build of {kb.slug} is already running.", status=409)
+    elif version.status != IndexVersion.Status.BUILDING or version.kb_id != kb.pk:
+        raise ServiceError("version_not_building", f"Version {version.name} is {version.status}.", status=409)
     try:
         documents = read_folder(Path(kb.source_dir))
-    except IngestError as exc:
+        if not documents:
+            raise ServiceError("source_empty", f"{kb.source_dir} holds no Markdown or HTML pages.")
+    except (IngestError, ServiceError) as exc:
+        if version is not None:
+            _fail_version(version, str(exc))
+        if isinstance(exc, ServiceError):
+            raise
         raise ServiceError("source_not_found", str(exc)) from exc
-    if not documents:
-        raise ServiceError("source_empty", f"{kb.source_dir} holds no Markdown or HTML pages.")
+    if version is None:
+        version = _start_version(kb)
     kb_sync_documents(kb, documents)
     engine = get_engine()
-    version = IndexVersion.objects.create(
-        kb=kb, name=_new_version_name(), model_id=engine.embedder.model_id,
-        document_count=len(documents),
-        corpus_hash=corpus_hash(documents),
-        document_hashes={d.path: d.content_hash for d in documents},
-    )
+    version.document_count = len(documents)
+    version.corpus_hash = corpus_hash(documents)
+    version.document_hashes = {d.path: d.content_hash for d in documents}
+    version.save(update_fields=["document_count", "corpus_hash", "document_hashes"])
     try:
         chunks = chunk_documents(documents)
         counts: dict[str, int] = {}
         for chunk in chunks:
             counts[chunk.source] = counts.get(chunk.source, 0) + 1
+        prebuilt = read_pack(Path(kb.source_dir), engine.embedder.model_id, engine.embedder.dimension)
         report = engine.store.build(kb.slug, version.name, chunks, engine.embedder,
-                                    progress=_with_heartbeat(version, progress))
+                                    progress=_with_heartbeat(version, progress), prebuilt=prebuilt)
     except Exception as exc:  # noqa: BLE001 - any failure (IndexError_ or other) must leave the active version as it was
         log.exception("index build of %s failed", kb.slug)
-        version.status = IndexVersion.Status.FAILED
-        version.error = f"{type(exc).__name__}: {exc}"[:2000]
-        version.save(update_fields=["status", "error"])
+        _fail_version(version, f"{type(exc).__name__}: {exc}")
         raise ServiceError("index_build_failed", f"Building {kb.slug} failed: {exc}", status=500) from exc
 
     version.status = IndexVersion.Status.READY
@@ -189,6 +221,52 @@ def index_build(kb: KnowledgeBase, *, progress=None, activate: bool = True) -> I
     if activate:
         index_activate(version)
     return version
+
+
+def _fail_version(version: IndexVersion, error: str) -> None:
+    version.status = IndexVersion.Status.FAILED
+    version.error = error[:2000]
+    version.save(update_fields=["status", "error"])
+
+
+def index_building(kb: KnowledgeBase) -> IndexVersion | None:
+    """The build of this knowledge base that is running now (still beating), if any."""
+    cutoff = timezone.now() - timezone.timedelta(seconds=STALE_BUILD_SECONDS)
+    for version in kb.versions.filter(status=IndexVersion.Status.BUILDING).order_by("-created_at", "-id"):
+        if (version.heartbeat_at or version.created_at) >= cutoff:
+            return version
+    return None
+
+
+def building_message(kb: KnowledgeBase, version: IndexVersion) -> str:
+    """What a question to a knowledge base still being indexed for the first time is told."""
+    if version.progress_total:
+        percent = min(99, int(version.progress_done * 100 / version.progress_total))
+        done = f": {percent}% ({version.progress_done} of {version.progress_total} passages embedded)"
+    else:
+        done = " (starting)" if not version.heartbeat_at else ": almost done"
+    return f"Indexing the {kb.name or kb.slug} knowledge base{done}. Ask again in a few seconds."
+
+
+def vectors_export(kb: KnowledgeBase, *, progress=None) -> tuple[Path, int, int]:
+    """Write the vector pack of a knowledge base's source folder (see rag.engine.vectorpack) for the
+    embedding model in use: every chunk of the current sources, from the cache or embedded now.
+    Returns the file, the number of vectors and how many had to be embedded."""
+    try:
+        documents = read_folder(Path(kb.source_dir))
+    except IngestError as exc:
+        raise ServiceError("source_not_found", str(exc)) from exc
+    if not documents:
+        raise ServiceError("source_empty", f"{kb.source_dir} holds no Markdown or HTML pages.")
+    engine = get_engine()
+    chunks = chunk_documents(documents)
+    prebuilt = read_pack(Path(kb.source_dir), engine.embedder.model_id, engine.embedder.dimension)
+    vectors, embedded, _, _ = engine.store.embed_chunks(chunks, engine.embedder, progress=progress, prebuilt=prebuilt)
+    unique: dict[str, int] = {}
+    for i, chunk in enumerate(chunks):
+        unique.setdefault(chunk.text_hash, i)
+    path = write_pack(Path(kb.source_dir), engine.embedder.model_id, list(unique), vectors[list(unique.values())])
+    return path, len(unique), embedded
 
 
 def _fail_abandoned_builds(kb: KnowledgeBase) -> None:
@@ -210,7 +288,8 @@ def _with_heartbeat(version: IndexVersion, progress):
         now = time.monotonic()
         if now - last[0] >= HEARTBEAT_SECONDS or done >= total:
             last[0] = now
-            IndexVersion.objects.filter(pk=version.pk).update(heartbeat_at=timezone.now())
+            IndexVersion.objects.filter(pk=version.pk).update(heartbeat_at=timezone.now(), progress_done=done,
+                                                              progress_total=total)
         if progress:
             progress(done, total)
 

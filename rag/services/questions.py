@@ -25,7 +25,7 @@ from rag.engine.types import Answer, SearchResult, Token
 from rag.errors import ServiceError
 from rag.models import Channel, IndexVersion, RequestRecord
 from rag.pipeline import get_engine
-from rag.services.knowledge import aliases_for, kb_get_current
+from rag.services.knowledge import BUILDING_RETRY_AFTER, aliases_for, building_message, index_building, kb_get_current
 from rag.services.records import MAX_KB_CHARS, MAX_QUESTION_CHARS, new_request_id, request_record_write
 
 MAX_TOP_K = 50
@@ -329,6 +329,10 @@ def _version_of(knowledge_base, name: str | None) -> IndexVersion:
                                status=404)
         return row
     if knowledge_base.active_version is None:
+        building = index_building(knowledge_base)
+        if building is not None:
+            raise ServiceError("index_building", building_message(knowledge_base, building), status=503,
+                               headers={"Retry-After": str(BUILDING_RETRY_AFTER)})
         raise ServiceError("no_active_version",
                            f"{knowledge_base.slug} has no index yet; run `rag reindex --kb {knowledge_base.slug}`.",
                            status=409)

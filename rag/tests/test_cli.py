@@ -66,7 +66,8 @@ def test_status_json_has_the_seed_shape(built_kb):
     assert payload["active_version"] == built_kb.active_version.name
     assert isinstance(payload["db_exists"], bool) and isinstance(payload["deepseek_api_key_configured"], bool)
     assert payload["knowledge_bases"] == [{"slug": "sdk", "active_version": built_kb.active_version.name,
-                                           "documents": 9, "chunks": built_kb.active_version.chunk_count}]
+                                           "documents": 9, "chunks": built_kb.active_version.chunk_count,
+                                           "building": None}]
     assert set(payload["live"]) == {"in_flight", "gauges", "processes"}
 
 

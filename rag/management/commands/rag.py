@@ -14,7 +14,17 @@ from django.db import DatabaseError
 from rag import live
 from rag.errors import ServiceError
 from rag.models import Channel, KnowledgeBase
-from rag.services.knowledge import index_build, index_unchanged_version, kb_ensure, read_source
+from rag.services.knowledge import (
+    building_message,
+    index_build,
+    index_build_queue,
+    index_building,
+    index_unchanged_version,
+    kb_ensure,
+    kb_get,
+    read_source,
+    vectors_export,
+)
 from rag.services.questions import MAX_TOP_K, QuestionRequest, question_answer, question_search
 from rag.services.release import index_build_gated
 from rag.shapes import citation_as_dict, context_text, search_as_dict, sources_of
@@ -57,7 +67,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         sub = parser.add_subparsers(dest="action", required=True)
-        for name in ("status", "search", "context", "read", "reindex", "ask"):
+        for name in ("status", "search", "context", "read", "reindex", "ask", "vectors"):
             p = sub.add_parser(name, help=f"rag {name}")
             p.add_argument("--kb", default=None, help="knowledge base slug (default: RAG_DEFAULT_KB)")
             p.add_argument("--json", action="store_true", help="print JSON for programs and agents")
@@ -78,6 +88,9 @@ class Command(BaseCommand):
                 p.add_argument("--if-changed", action="store_true", help="skip the build when nothing changed")
                 p.add_argument("--gate", action="store_true",
                                help="activate the new version only if the golden sets for this kb pass on it")
+                p.add_argument("--background", action="store_true",
+                               help="hand the build to the Celery worker and return at once (questions get "
+                                    "`index_building` with its progress until the first version is active)")
 
     def handle(self, *args, **options):
         action = options["action"]
@@ -138,7 +151,8 @@ class Command(BaseCommand):
             "knowledge_bases": [
                 {"slug": k.slug, "active_version": k.active_version.name if k.active_version else None,
                  "documents": k.documents.count(),
-                 "chunks": k.active_version.chunk_count if k.active_version else 0}
+                 "chunks": k.active_version.chunk_count if k.active_version else 0,
+                 "building": _building(k)}
                 for k in KnowledgeBase.objects.select_related("active_version")
             ],
             "live": live.snapshot(),  # requests in flight per channel and open MCP sessions, over all processes
@@ -213,6 +227,13 @@ class Command(BaseCommand):
         cites = "\n".join(f"[{c['number']}] {c['source']} · {c['heading_path']}" for c in p["citations"])
         return f"{badge}\n\n{p['answer']}\n\n{cites}".rstrip()
 
+    def _vectors(self, kb: str, options) -> dict:
+        path, count, embedded = vectors_export(kb_get(kb), progress=Progress("embedding"))
+        return {"kb": kb, "file": str(path), "vectors": count, "embedded": embedded}
+
+    def _human_vectors(self, p: dict) -> str:
+        return f"{p['kb']}: {p['vectors']} vectors ({p['embedded']} embedded now) written to {p['file']}"
+
     def _read(self, kb: str, options) -> dict:
         return {"source": options["source"], "content": read_source(kb=kb, source=options["source"]), "kb": kb}
 
@@ -228,6 +249,12 @@ class Command(BaseCommand):
             version = index_unchanged_version(knowledge_base)
             unchanged = version is not None
         gate = None
+        if version is None and options["background"]:
+            if options["gate"]:
+                raise ServiceError("invalid_options", "--background and --gate cannot be combined.")
+            queued = index_building(knowledge_base) or index_build_queue(knowledge_base)
+            return {"kb": kb, "version": queued.name, "queued": True, "unchanged": False,
+                    "duration_seconds": round(time.perf_counter() - started, 3)}
         if version is None and options["gate"]:
             gate = self._gated_build(knowledge_base)
             version = gate.version
@@ -277,6 +304,8 @@ class Command(BaseCommand):
                  f"generation {'configured: ' + p['deepseek_model'] if p['deepseek_api_key_configured'] else 'not configured (extractive answers)'}"]
         for k in p["knowledge_bases"]:
             lines.append(f"kb {k['slug']:<16} version {k['active_version'] or '-':<26} {k['documents']} docs, {k['chunks']} chunks")
+            if k["building"]:
+                lines.append(f"   building {k['building']['version']}: {k['building']['message']}")
         if not p["knowledge_bases"]:
             lines.append("no knowledge base yet: run `python manage.py rag reindex`")
         running = p["live"]
@@ -310,11 +339,22 @@ class Command(BaseCommand):
     def _human_reindex(self, p: dict) -> str:
         if p["unchanged"]:
             return f"{p['kb']}: nothing changed, version {p['version']} stays active"
+        if p.get("queued"):
+            return (f"{p['kb']}: version {p['version']} is being built by the worker; questions are answered once it "
+                    f"is active (`rag status` shows it)")
         if "gate" in p:
             return (f"{p['kb']}: version {p['version']} passed the gate and is active · {p['indexed_nodes']} chunks\n"
                     + self._human_gate(p))
         return (f"{p['kb']}: version {p['version']} active · {p['synced_notes']} documents · {p['indexed_nodes']} chunks "
                 f"({p['chunks_embedded']} embedded, {p['chunks_reused']} reused) in {p['duration_seconds']:.1f} s")
+
+
+def _building(kb: KnowledgeBase) -> dict | None:
+    version = index_building(kb)
+    if version is None:
+        return None
+    return {"version": version.name, "done": version.progress_done, "total": version.progress_total,
+            "message": building_message(kb, version)}
 
 
 def _migrated() -> bool:
