@@ -1,5 +1,7 @@
-// The chat page: ask over a WebSocket, render the streamed answer as safe Markdown, show citations,
-// send thumbs-down feedback, and re-ask without a source the user switched off.
+// The chat page: ask over a WebSocket (or POST /api/chat where a socket cannot open), render the answer as
+// safe Markdown, link the answer's own citation markers to its citations, send thumbs-down feedback, re-ask
+// without a source the user switched off, and wait calmly while the documentation is being indexed.
+// No inline script and no inline handlers: the page works under `script-src 'self'`.
 (function () {
   "use strict";
   const form = document.getElementById("ask");
@@ -7,83 +9,162 @@
   const kbSelect = document.getElementById("kb");
   const status = document.getElementById("status");
   const conversation = document.getElementById("conversation");
+  const examples = document.getElementById("examples");
   const template = document.getElementById("turn");
+  const excludeIcon = document.getElementById("icon-exclude");
   const csrf = document.querySelector("input[name=csrfmiddlewaretoken]").value;
+  const DEFAULT_RETRY_SECONDS = 5;  // the question service's Retry-After while a first index is built
   let socket = null;
   let current = null;
+  let turnCount = 0;
+  let retryTimer = null;
 
   function escapeHtml(text) {
     return text.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;")
       .replace(/"/g, "&quot;").replace(/'/g, "&#39;");
   }
 
-  // Markdown subset on text that is escaped first, so nothing in a question, a document or an
-  // answer can become markup: fences, inline code, bold, headings, lists, paragraphs, [n] citations.
-  function renderMarkdown(source) {
+  // Which `[n]` in an answer are the answer's own citation markers. Never one inside code or a quoted
+  // (`> `) block, never one glued to a name (`a[1]` indexes an array), only a number in the answer's
+  // citation list, and in an extractive answer only one that ends its line: the extractive generator puts
+  // its own markers there, while the sentences it quotes from the docs may contain brackets anywhere.
+  function citationLinker(turn, citations, mode) {
+    const numbers = new Set(citations.map(function (c) { return String(c.number); }));
+    const lineEnd = mode === "extractive";
+    return function (text, endsParagraph) {
+      return text.replace(/\[(\d{1,3})\]/g, function (marker, number, offset, whole) {
+        if (!numbers.has(number)) return marker;
+        if (/[A-Za-z_]/.test(whole.charAt(offset - 1))) return marker;
+        if (lineEnd) {
+          const rest = whole.slice(offset + marker.length).replace(/^(?:\[\d{1,3}\])+/, "");
+          const atEnd = endsParagraph ? /^[ \t]*(?:<br>|$)/.test(rest) : /^[ \t]*<br>/.test(rest);
+          if (!atEnd) return marker;
+        }
+        return '<sup class="cite"><a href="#' + turn.id + "-cite-" + number + '" data-cite="' + number + '">[' +
+          number + "]</a></sup>";
+      });
+    };
+  }
+
+  // Markdown subset on text that is escaped first, so nothing in a question, a document or an answer can
+  // become markup: fences, inline code, bold, headings, lists, quotes, paragraphs; `link` marks citations.
+  function renderMarkdown(source, link) {
     const blocks = [];
     const parts = source.split(/```[\w-]*\n?/);
     parts.forEach(function (part, index) {
       if (index % 2 === 1) { blocks.push("<pre><code>" + escapeHtml(part.replace(/\n$/, "")) + "</code></pre>"); return; }
       escapeHtml(part).split(/\n{2,}/).forEach(function (para) {
         if (!para.trim()) return;
-        let html = para
-          .replace(/`([^`]+)`/g, "<code>$1</code>")
-          .replace(/\*\*([^*]+)\*\*/g, "<strong>$1</strong>")
-          .replace(/\[(\d{1,3})\]/g, '<sup class="cite"><a href="#cite-$1">[$1]</a></sup>');
-        if (/^#{1,6} /.test(html)) { html = "<h3>" + html.replace(/^#{1,6} /, "") + "</h3>"; }
-        else if (/^\s*[-*] /m.test(html)) {
-          html = "<ul>" + html.split("\n").filter(Boolean).map(function (l) { return "<li>" + l.replace(/^\s*[-*] /, "") + "</li>"; }).join("") + "</ul>";
-        } else { html = "<p>" + html.replace(/\n/g, "<br>") + "</p>"; }
-        blocks.push(html);
+        const lines = para.split("\n").filter(Boolean);
+        if (lines.every(function (l) { return /^&gt; ?/.test(l); })) {
+          blocks.push("<blockquote><p>" + inline(lines.map(function (l) { return l.replace(/^&gt; ?/, ""); })
+            .join("<br>"), null) + "</p></blockquote>");
+          return;
+        }
+        if (/^#{1,6} /.test(para)) { blocks.push("<h3>" + inline(para.replace(/^#{1,6} /, ""), link) + "</h3>"); }
+        else if (/^\s*[-*] /m.test(para)) {
+          blocks.push("<ul>" + lines.map(function (l) { return "<li>" + inline(l.replace(/^\s*[-*] /, ""), link) + "</li>"; })
+            .join("") + "</ul>");
+        } else { blocks.push("<p>" + inline(para.replace(/\n/g, "<br>"), link) + "</p>"); }
       });
     });
     return blocks.join("");
   }
 
+  // Inline code is kept apart first, so a bracket inside it is never a citation.
+  function inline(html, link) {
+    const pieces = html.split(/(`[^`]+`)/);
+    return pieces.map(function (piece, index) {
+      if (index % 2 === 1) return "<code>" + piece.slice(1, -1) + "</code>";
+      const bold = piece.replace(/\*\*([^*]+)\*\*/g, "<strong>$1</strong>");
+      return link ? link(bold, index === pieces.length - 1) : bold;
+    }).join("");
+  }
+
   function connect() {
-    const scheme = location.protocol === "https:" ? "wss://" : "ws://";
-    socket = new WebSocket(scheme + location.host + "/ws/chat");
-    socket.onmessage = function (message) { handle(JSON.parse(message.data)); };
-    socket.onclose = function () { socket = null; };
-    return new Promise(function (resolve, reject) { socket.onopen = resolve; socket.onerror = reject; });
+    return new Promise(function (resolve, reject) {
+      if (typeof WebSocket !== "function") { reject(new Error("no WebSocket")); return; }
+      const scheme = location.protocol === "https:" ? "wss://" : "ws://";
+      const opening = new WebSocket(scheme + location.host + "/ws/chat");
+      opening.onmessage = function (message) { handle(JSON.parse(message.data)); };
+      opening.onopen = function () { socket = opening; resolve(); };
+      opening.onerror = function () { reject(new Error("the socket did not open")); };
+      opening.onclose = function () { if (socket === opening) socket = null; };
+    });
   }
 
   async function ask(question, exclude, turn) {
-    if (!socket || socket.readyState !== WebSocket.OPEN) { await connect(); }
+    clearTimeout(retryTimer);
+    retryTimer = null;
     current = turn || newTurn(question);
     current.text = "";
     current.exclude = exclude || [];
     current.node.querySelector(".answer").innerHTML = "";
     current.node.querySelector(".citations").innerHTML = "";
     current.node.querySelector(".badges").innerHTML = "";
-    status.textContent = "Thinking…";
-    socket.send(JSON.stringify({ question: question, kb: kbSelect.value, exclude: current.exclude }));
+    setStatus("Thinking…");
+    const payload = { question: question, kb: kbSelect.value, exclude: current.exclude };
+    if (!socket || socket.readyState !== WebSocket.OPEN) {
+      try { await connect(); } catch (error) { askOverHttp(payload, current); return; }
+    }
+    socket.send(JSON.stringify(payload));
+  }
+
+  // The non-streaming form of the same question, for networks where the socket cannot open.
+  async function askOverHttp(payload, turn) {
+    let response;
+    try {
+      response = await fetch("/api/chat", { method: "POST", headers: { "Content-Type": "application/json" },
+                                            body: JSON.stringify(payload) });
+    } catch (error) {
+      handleFor(turn, { type: "error", code: "network_error", message: "The server could not be reached." });
+      return;
+    }
+    const body = await response.json().catch(function () { return {}; });
+    if (response.ok) { handleFor(turn, Object.assign({ type: "final" }, body)); return; }
+    const error = body.error || body;
+    handleFor(turn, { type: "error", code: error.code || "http_" + response.status,
+                      message: error.message || "The answer failed.",
+                      retry_after: Number(response.headers.get("Retry-After")) || undefined });
   }
 
   function newTurn(question) {
     const node = template.content.firstElementChild.cloneNode(true);
+    turnCount += 1;
+    const turn = { id: "a" + turnCount, node: node, question: question, text: "", exclude: [], requestId: null };
+    node.id = turn.id;
     node.querySelector(".question").textContent = question;
     conversation.appendChild(node);
-    const turn = { node: node, question: question, text: "", exclude: [], requestId: null };
+    if (examples) examples.hidden = true;
     node.querySelector(".thumbs-down").addEventListener("click", function () { thumbsDown(turn); });
     return turn;
   }
 
-  function handle(event) {
-    const node = current && current.node;
-    if (!node) return;
+  function setStatus(text, waiting) {
+    status.textContent = text;
+    status.classList.toggle("waiting", Boolean(waiting));
+  }
+
+  function handle(event) { if (current) handleFor(current, event); }
+
+  function handleFor(turn, event) {
+    const node = turn.node;
     if (event.type === "plan") {
       const plan = event.plan;
-      node.querySelector(".plan").textContent = event.kb + "@" + event.version +
-        (plan.classes.length ? " · " + plan.classes.join(", ") : "") +
-        (plan.corrections.length ? " · corrected " + plan.corrections.map(function (c) { return c.from + "→" + c.to; }).join(", ") : "");
+      node.querySelector(".plan").textContent = [
+        plan.classes.length ? plan.classes.join(", ") : "",
+        plan.corrections.length ? "corrected " + plan.corrections.map(function (c) { return c.from + "→" + c.to; }).join(", ") : "",
+      ].filter(Boolean).join(" · ");
+      showAbout(turn, event);
     } else if (event.type === "token") {
-      current.text += event.text;
-      node.querySelector(".answer").innerHTML = renderMarkdown(current.text);
-      status.textContent = "Answering…";
+      turn.text += event.text;
+      node.querySelector(".answer").innerHTML = renderMarkdown(turn.text, null);  // citations link once final
+      setStatus("Answering…");
     } else if (event.type === "final") {
-      current.requestId = event.request_id;
-      node.querySelector(".answer").innerHTML = renderMarkdown(event.answer);
+      turn.requestId = event.request_id;
+      showAbout(turn, event);
+      node.querySelector(".answer").innerHTML =
+        renderMarkdown(event.answer, citationLinker(turn, event.citations || [], event.mode));
       const badges = node.querySelector(".badges");
       badges.innerHTML = "";
       [["confidence " + event.confidence, event.confidence], [event.mode, ""]].concat(
@@ -93,23 +174,41 @@
         span.textContent = b[0];
         badges.appendChild(span);
       });
-      renderCitations(event.citations);
-      status.textContent = event.reason && event.mode === "empty" ? "No answer: " + event.reason.replace(/_/g, " ") : "";
+      renderCitations(turn, event.citations || []);
+      setStatus(event.reason && event.mode === "empty" ? "No answer: " + event.reason.replace(/_/g, " ") : "");
+    } else if (event.type === "error" && event.code === "index_building") {
+      waitForIndex(turn, event);
     } else if (event.type === "error") {
       node.querySelector(".answer").innerHTML = '<p class="error"></p>';
       node.querySelector(".answer .error").textContent = event.code === "token_pool_exhausted"
         ? "Today's question budget is used up; it refills at midnight." : (event.message || event.code);
-      status.textContent = "";
+      setStatus("");
     }
   }
 
-  function renderCitations(citations) {
-    const list = current.node.querySelector(".citations");
+  // The documentation is still being indexed: say so calmly and ask again after Retry-After seconds.
+  function waitForIndex(turn, event) {
+    const seconds = Math.max(1, Number(event.retry_after) || DEFAULT_RETRY_SECONDS);
+    const message = event.message || "Indexing the documentation…";
+    turn.node.querySelector(".answer").innerHTML = '<p class="waiting"></p>';
+    turn.node.querySelector(".answer .waiting").textContent = message + " (asking again in " + seconds + " s)";
+    setStatus(message, true);
+    clearTimeout(retryTimer);
+    retryTimer = setTimeout(function () { ask(turn.question, turn.exclude, turn); }, seconds * 1000);
+  }
+
+  function showAbout(turn, event) {
+    turn.node.querySelector(".about-kb").textContent = event.kb || "";
+    turn.node.querySelector(".about-version").textContent = event.version || "";
+    turn.node.querySelector(".about-request").textContent = event.request_id || "";
+  }
+
+  function renderCitations(turn, citations) {
+    const list = turn.node.querySelector(".citations");
     list.innerHTML = "";
-    const turn = current;
     citations.forEach(function (c) {
       const item = document.createElement("li");
-      item.id = "cite-" + c.number;
+      item.id = turn.id + "-cite-" + c.number;
       const details = document.createElement("details");
       const summary = document.createElement("summary");
       summary.textContent = "[" + c.number + "] " + c.source + " · " + c.heading_path;
@@ -117,8 +216,11 @@
       body.textContent = c.content || "";
       const toggle = document.createElement("button");
       toggle.type = "button";
-      toggle.className = "exclude";
-      toggle.textContent = "Don't use this source";
+      toggle.className = "exclude icon-button";
+      const label = "Don't use this source: ask again without [" + c.number + "]";
+      toggle.title = label;
+      toggle.setAttribute("aria-label", label);
+      toggle.appendChild(excludeIcon.content.firstElementChild.cloneNode(true));
       toggle.addEventListener("click", function () {
         ask(turn.question, turn.exclude.concat([c.chunk_id]), turn);
       });
@@ -127,6 +229,15 @@
       list.appendChild(item);
     });
   }
+
+  // A citation link opens the cited chunk of its own answer.
+  conversation.addEventListener("click", function (event) {
+    const link = event.target.closest("sup.cite a");
+    if (!link) return;
+    const target = document.getElementById(link.getAttribute("href").slice(1));
+    const details = target && target.querySelector("details");
+    if (details) details.open = true;
+  });
 
   async function thumbsDown(turn) {
     if (!turn.requestId) return;
@@ -139,6 +250,14 @@
     turn.node.querySelector(".thumbs-down").disabled = response.ok;
   }
 
+  if (examples) {
+    examples.addEventListener("click", function (event) {
+      const chip = event.target.closest("button.example");
+      if (!chip) return;
+      input.value = chip.dataset.question;
+      form.requestSubmit();
+    });
+  }
   form.addEventListener("submit", function (event) {
     event.preventDefault();
     const question = input.value.trim();
