@@ -1,4 +1,6 @@
 from django.apps import AppConfig
+from django.conf import settings
+from django.db.models.signals import post_migrate
 
 
 class EvaluationConfig(AppConfig):
@@ -15,3 +17,17 @@ class EvaluationConfig(AppConfig):
             return index_build_gated(kb, **options)
 
         release_gate_register(gate)
+        post_migrate.connect(_import_shipped_golden_sets, sender=self)
+
+
+def _import_shipped_golden_sets(sender, using="default", **kwargs):
+    """After `migrate`: the golden sets shipped about the bundled docs are there on a fresh install, so the
+    eval center and `rag reindex --gate` work at once (RAG_SHIPPED_GOLDEN_SETS=false turns it off)."""
+    if not getattr(settings, "RAG_SHIPPED_GOLDEN_SETS", True) or using != "default":
+        return
+    from evaluation.services.golden import golden_import_shipped
+
+    stdout = kwargs.get("stdout")
+    for golden_set in golden_import_shipped():
+        if stdout is not None and kwargs.get("verbosity", 1) >= 1:
+            stdout.write(f"  Imported the shipped golden set {golden_set}: {golden_set.items.count()} questions\n")

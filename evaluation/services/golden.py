@@ -4,6 +4,7 @@ thumbs-down answers. A version some run used stays as that run saw it; edits go 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from django.db import IntegrityError, transaction
 from django.db.models import Max
@@ -189,3 +190,36 @@ def draft_add(draft: GoldenDraft, *, user=None) -> GoldenItem:
     draft.added_item = item
     draft.save(update_fields=["status", "added_item"])
     return item
+
+
+SHIPPED_FOLDER = "golden"  # evaluation/golden/<kb>/{retrieval,generation}.jsonl, written about the bundled docs
+SHIPPED_FILES = {"retrieval": "retrieval.jsonl", "generation": "generation.jsonl"}
+
+
+def shipped_golden_sets() -> list[tuple[str, str, Path]]:
+    """Return (name, kind, path) of every golden file shipped with the project: `<kb>-<kind>` per folder."""
+    root = Path(__file__).resolve().parent.parent / SHIPPED_FOLDER
+    found = []
+    for folder in sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else ():
+        for kind, filename in SHIPPED_FILES.items():
+            if (folder / filename).is_file():
+                found.append((f"{folder.name}-{kind}", kind, folder / filename))
+    return found
+
+
+def golden_import_shipped() -> list[GoldenSet]:
+    """Import each shipped golden set whose name the database does not hold yet; return the sets imported.
+
+    Idempotent: a set of that name, in any version, is never imported again, duplicated or overwritten, so
+    an edited or deleted-and-replaced set stays as its owners left it."""
+    imported = []
+    for name, kind, path in shipped_golden_sets():
+        if GoldenSet.objects.filter(name=name).exists():
+            continue
+        try:
+            with transaction.atomic():
+                imported.append(golden_import(name=name, kind=kind, text=path.read_text(encoding="utf-8"),
+                                              note="shipped with the project (evaluation/golden)"))
+        except IntegrityError:  # another process imported it at the same moment
+            continue
+    return imported

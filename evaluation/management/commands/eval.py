@@ -80,6 +80,13 @@ class Command(BaseCommand):
 
     def _baseline(self, *, golden, corpus, prefix, json: bool = False, **_):
         golden, corpus = Path(golden), Path(corpus)
+        if not golden.is_dir():
+            raise CommandError(f"{golden} does not exist or is not a folder. Give --golden a folder holding "
+                               f"retrieval.jsonl and/or generation.jsonl; the sets shipped about the bundled docs "
+                               f"are in evaluation/golden/docs (imported by migrate as docs-retrieval and "
+                               f"docs-generation: run them with `eval run --name docs-retrieval`).")
+        if not corpus.is_dir():
+            raise CommandError(f"{corpus} does not exist or is not a folder (one subfolder per knowledge base).")
         runs = []
         for kind, filename in SET_FILES.items():
             path = golden / filename
