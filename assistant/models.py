@@ -33,6 +33,7 @@ class Feedback(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+        verbose_name_plural = "feedback"  # a mass noun: "feedbacks" is not English
 
     def __str__(self) -> str:
         return f"thumbs-down on {self.request_id}"

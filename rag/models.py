@@ -106,6 +106,7 @@ class ClassAlias(models.Model):
     class Meta:
         ordering = ["alias"]
         constraints = [models.UniqueConstraint(fields=["kb", "alias"], name="class_alias_unique")]
+        verbose_name_plural = "class aliases"
 
     def __str__(self) -> str:
         return f"{self.alias} -> {self.class_name}"
