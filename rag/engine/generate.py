@@ -8,6 +8,7 @@ either are checked against this request's evidence before the answer leaves the 
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field, replace
 from typing import Iterator, Protocol
@@ -95,13 +96,88 @@ def lower(confidence: str, steps: int = 1) -> str:
     return CONFIDENCE_ORDER[max(0, CONFIDENCE_ORDER.index(confidence) - steps)]
 
 
+@dataclass(frozen=True, slots=True)
+class EvidenceSignals:
+    """What the retrieval evidence says about itself, read from the plan and the adopted hits alone.
+
+    The same for extractive and model answers, so a level means the same whoever writes the answer.
+    """
+
+    hits: int
+    named: bool  # the planner found a catalog class in the question
+    named_lead: bool  # the first hit is from a named class
+    named_found: bool  # every named class has a chunk among the first `CONFIDENCE_WINDOW` hits
+    members_asked: bool  # the planner found a member name in the question
+    member_found: bool  # a first-window hit is a named member's own section (of a named class when one is)
+    words: int  # the question's distinct words (stemmed, 2+ characters), rag.engine.text.tokenize
+    coverage: float  # the part of those words the first hit contains
+    cosine: float  # the question's cosine to the first hit (its BM25 score in a BM25-only search)
+    lead_share: float  # the first hit's class's part of the fused score of all hits (reported, not used)
+    margin: float  # (s1 - s2) / s1 of the fused scores (reported, not used)
+
+
+CONFIDENCE_WINDOW = 3  # the evidence an extractive answer cites: the lead and two supporting quotes
+
+# Calibrated with bench/confidence.py on half A of the golden sets, hybrid search with the bundled
+# multilingual-e5-small (docs/en/retrieval.md#confidence); another embedding model needs its own cosines.
+MEMBER_COSINE = 0.86  # a named class and member found: high from this cosine (half A: every one correct)
+CLASS_COSINE = 0.91  # a named class leading, no member asked: high from this cosine (0.90 let wrong ones in)
+SHORT_QUESTION = 12  # a member named without its class: high only in a question of at most this many words
+COVERAGE_MEDIUM = 0.4  # nothing named: medium when the first hit holds this part of the question's words
+
+
+def evidence_signals(plan: Plan, hits: list[Hit]) -> EvidenceSignals:
+    """Read the confidence signals of a plan and its adopted hits."""
+    from .text import tokenize
+
+    window = hits[:CONFIDENCE_WINDOW]
+    classes = set(plan.classes)
+    members = set(plan.members)
+    first = hits[0].chunk if hits else None
+    lead = first.class_name if first else ""
+    words = {t for t in tokenize(plan.corrected_question or plan.question, stem=True) if len(t) > 1}
+    found = set(tokenize(f"{first.member}\n{first.text}", stem=True)) if first else set()
+    total = sum(max(h.score, 0.0) for h in hits)
+    s1 = hits[0].score if hits else 0.0
+    s2 = hits[1].score if len(hits) > 1 else 0.0
+    return EvidenceSignals(
+        hits=len(hits),
+        named=bool(classes),
+        named_lead=bool(hits) and lead in classes,
+        named_found=bool(classes) and classes <= {h.chunk.class_name for h in window},
+        members_asked=bool(members),
+        member_found=any(h.chunk.member in members and (not classes or h.chunk.class_name in classes) for h in window),
+        words=len(words),
+        coverage=len(words & found) / len(words) if words else 0.0,
+        cosine=hits[0].raw_score if hits else 0.0,
+        lead_share=sum(max(h.score, 0.0) for h in hits if h.chunk.class_name == lead) / total if total > 0 else 0.0,
+        margin=(s1 - s2) / s1 if s1 > 0 else 0.0,
+    )
+
+
+def confidence_level(signals: EvidenceSignals) -> str:
+    """Map the evidence signals to a level (the thresholds above; the rules in docs/en/retrieval.md)."""
+    if signals.hits == 0:
+        return "none"
+    if signals.named:
+        if not signals.named_found:
+            return "low"
+        if signals.members_asked:
+            return "high" if signals.member_found and signals.cosine >= MEMBER_COSINE else "medium"
+        return "high" if signals.named_lead and signals.cosine >= CLASS_COSINE else "medium"
+    if signals.members_asked and signals.member_found:
+        # A member matched in a long question (pasted code, several topics) decides less than in a short one.
+        short = signals.words <= SHORT_QUESTION
+        return "high" if short and signals.cosine >= MEMBER_COSINE else "medium"
+    return "medium" if signals.coverage >= COVERAGE_MEDIUM else "low"
+
+
 def evidence_confidence(plan: Plan, hits: list[Hit]) -> str:
-    """How much the evidence itself supports an answer: named classes found, or only loose matches."""
+    """How likely the evidence answers the question: "high" (right at least 9 times in 10 on the golden
+    sets), "medium", "low" (mostly wrong) or "none" (no evidence)."""
     if not hits:
         return "none"
-    if plan.classes and any(h.chunk.class_name in plan.classes for h in hits[:3]):
-        return "high"
-    return "medium"
+    return confidence_level(evidence_signals(plan, hits))
 
 
 def finish(answer_text: str, hits: list[Hit], confidence: str, **fields) -> Answer:
@@ -117,13 +193,131 @@ def finish(answer_text: str, hits: list[Hit], confidence: str, **fields) -> Answ
 # -- generators ----------------------------------------------------------------------------------------
 
 
+def split_sentences(text: str) -> list[str]:
+    """Split prose into sentences: after 。！？!?； and after a period, colon-free ! or ? followed by a space,
+    but never inside parentheses or `code`, so "Default: `./data` (relative; created if missing)." stays whole."""
+    sentences, current, depth, in_code = [], [], 0, False
+    for position, char in enumerate(text):
+        current.append(char)
+        if char == "`":
+            in_code = not in_code
+        elif in_code:
+            continue
+        elif char in "(（":
+            depth += 1
+        elif char in ")）":
+            depth = max(0, depth - 1)
+        elif depth == 0 and (char in "。！？；" or (char in ".!?" and text[position + 1: position + 2] in (" ", "\n", ""))):
+            sentences.append("".join(current).strip())
+            current = []
+    sentences.append("".join(current).strip())
+    return [s for s in sentences if s]
+
+
+@dataclass(frozen=True, slots=True)
+class Section:
+    """A chunk read for quoting: its signature (the `###` heading), its sentences and its first code example."""
+
+    signature: str
+    sentences: tuple[str, ...]
+    code: tuple[str, ...]
+
+
+def read_section(chunk) -> Section:
+    """Split a chunk into its heading, its prose sentences (list items and table rows count as one each) and
+    its first fenced code block."""
+    signature, prose, code, in_code, done = "", [], [], False, False
+    paragraph: list[str] = []
+
+    def flush() -> None:
+        if paragraph:
+            prose.extend(split_sentences(" ".join(paragraph)))
+            paragraph.clear()
+
+    for line in chunk.text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith(("```", "~~~")):
+            flush()
+            in_code = not in_code
+            if not done:
+                code.append(line)
+                done = not in_code
+            continue
+        if in_code:
+            if not done:
+                code.append(line)
+            continue
+        if stripped.startswith("#"):
+            flush()
+            if not signature:
+                signature = stripped.lstrip("#").strip()
+        elif not stripped or stripped.startswith(">"):
+            flush()
+        elif stripped.startswith(("- ", "* ", "|")) or re.match(r"\d+\. ", stripped):
+            flush()
+            if not set(stripped) <= set("|-: "):
+                prose.append(stripped)
+        else:
+            paragraph.append(stripped)
+    flush()
+    if code and not code[-1].lstrip().startswith(("```", "~~~")):
+        code.append(code[0].strip()[:3])
+    return Section(signature=signature, sentences=tuple(prose), code=tuple(code))
+
+
+def sentence_scores(question_tokens: list[str], sentences: list[list[str]], *, k1: float = 1.2,
+                    b: float = 0.75) -> list[float]:
+    """Score each tokenized sentence against the question with Okapi BM25 (Robertson and Zaragoza, 2009),
+    the sentences themselves being the collection; k1 and b are the usual defaults."""
+    if not sentences:
+        return []
+    n = len(sentences)
+    average = sum(len(s) for s in sentences) / n or 1.0
+    frequency: dict[str, int] = {}
+    for tokens in sentences:
+        for token in set(tokens):
+            frequency[token] = frequency.get(token, 0) + 1
+    terms = set(question_tokens)
+    scores = []
+    for tokens in sentences:
+        score = 0.0
+        for term in terms:
+            tf = tokens.count(term)
+            if tf:
+                idf = math.log(1 + (n - frequency[term] + 0.5) / (frequency[term] + 0.5))
+                score += idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * len(tokens) / average))
+        scores.append(score)
+    return scores
+
+
+def joined(sentences: list[str]) -> str:
+    """Join sentences with a space, or with nothing after Chinese punctuation."""
+    text = ""
+    for sentence in sentences:
+        text += sentence if not text or text[-1] in "。！？；：" else " " + sentence
+    return text
+
+
+def member_label(chunk) -> str:
+    member = chunk.member if chunk.member and chunk.member != chunk.class_name else ""
+    return f"{chunk.class_name}.{member}" if member else (chunk.class_name or chunk.title)
+
+
 @dataclass
 class ExtractiveGenerator:
-    """Answer from the evidence alone: each cited chunk's member heading, the sentences sharing the
-    question's words, and its first code example."""
+    """Answer from the evidence alone: the sentences of the best section that answer the question, after its
+    signature, then one cited quote from each of the next sections.
 
-    max_chunks: int = 3
+    The best section is the first hit, or the first section of a member the question names. Its sentences
+    are ranked by BM25 against the question's words and identifiers (rag.engine.text.tokenize, stemmed),
+    and the best `max_sentences` are kept in the page's order; a section whose heading names the planned
+    member, or that has nothing in common with the question, leads with its first sentence.
+    """
+
     max_sentences: int = 2
+    max_quotes: int = 2  # supporting quotes after the lead, one sentence each
+    max_code_lines: int = 16  # a longer first code example is left to the cited section
+    whole_chars: int = 280  # a callable's section this short is quoted whole, as a list (its parameters)
     uses_model: bool = field(default=False, init=False)
 
     def stream(self, question: str, plan: Plan, hits: list[Hit]) -> Iterator[Token | Answer]:
@@ -132,36 +326,82 @@ class ExtractiveGenerator:
         yield answer
 
     def run(self, question: str, plan: Plan, hits: list[Hit], *, note: str = "") -> Answer:
+        parts = [n for n in (note, inheritance_note(plan)) if n]
+        cited: list[int] = []
+        if hits:
+            lead = self.lead_position(question, plan, hits)
+            parts.append(self.lead_block(question, hits[lead], lead + 1))
+            cited.append(lead)
+            quotes = []
+            for position in range(len(hits)):
+                quote = self.quote(question, hits[position], position + 1) if position != lead else ""
+                if quote and len(quotes) < self.max_quotes:
+                    quotes.append(quote)
+                    cited.append(position)
+            if quotes:
+                parts.append("\n".join(quotes))
+        # The citations are the sections quoted, by their evidence numbers; a bracketed number inside a
+        # quote (`array[0]`) is documentation text, not a citation to check.
+        citations = tuple(Citation(i + 1, hits[i].chunk.chunk_id, hits[i].chunk.source, hits[i].chunk.heading_path)
+                          for i in sorted(cited))
+        return Answer(text="\n\n".join(parts).strip(), citations=citations,
+                      confidence=evidence_confidence(plan, hits), mode="extractive")
+
+    @staticmethod
+    def lead_position(question: str, plan: Plan, hits: list[Hit]) -> int:
+        """The hit to lead with: within the cited window, the first section of a named member (of a named
+        class when one is named), else the first whose member the question writes as a word, else the first."""
+        classes = set(plan.classes)
+        window = hits[:CONFIDENCE_WINDOW]
+        for position, hit in enumerate(window):
+            if hit.chunk.member in plan.members and (not classes or hit.chunk.class_name in classes):
+                return position
+        written = set(re.findall(r"[A-Za-z_$][A-Za-z0-9_$]*", question))
+        for position, hit in enumerate(window):
+            if hit.chunk.member and hit.chunk.member in written and hit.chunk.member != hit.chunk.class_name:
+                return position
+        return 0
+
+    def chosen_sentences(self, question: str, section: Section, limit: int) -> tuple[list[str], bool]:
+        """The `limit` sentences sharing most with the question, in the section's order, and whether any
+        shares a word at all (if none does, the first sentence)."""
         from .text import tokenize
 
-        words = {t for t in tokenize(question) if len(t) > 1}
-        parts = [n for n in (note, inheritance_note(plan)) if n]
-        for number, hit in enumerate(hits[: self.max_chunks], start=1):
-            chunk = hit.chunk
-            lines = chunk.text.splitlines()
-            heading = next((l.lstrip("#").strip() for l in lines if l.startswith("#")), chunk.title)
-            prose, code, in_code = [], [], False
-            for line in lines:
-                if line.lstrip().startswith(("```", "~~~")):
-                    in_code = not in_code
-                    if in_code and code:
-                        break
-                    code.append(line)
-                elif in_code:
-                    code.append(line)
-                elif line.strip() and not line.startswith("#"):
-                    prose.append(line.strip())
-            sentences = [s.strip() for s in SENTENCE_RE.split(" ".join(prose)) if s and s.strip()]
-            scored = sorted(sentences, key=lambda s: -len(words & set(tokenize(s))))
-            chosen = [s for s in sentences if s in scored[: self.max_sentences]] or sentences[:1]
-            block = f"**{chunk.class_name}{'.' + chunk.member if chunk.member and chunk.member != chunk.class_name else ''}** — {heading} [{number}]"
-            if chosen:
-                block += "\n\n" + " ".join(chosen)
-            if code and len(code) > 1:
-                block += "\n\n" + "\n".join(code if code[-1].lstrip().startswith("```") else code + ["```"])
-            parts.append(block)
-        confidence = lower(evidence_confidence(plan, hits))  # no model read it: one step less sure
-        return finish("\n\n".join(parts), hits, confidence, mode="extractive")
+        if not section.sentences:
+            return [], False
+        tokens = tokenize(question, stem=True)
+        scores = sentence_scores(tokens, [tokenize(s, stem=True) for s in section.sentences])
+        ranked = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
+        chosen = [i for i in ranked[:limit] if scores[i] > 0]
+        return [section.sentences[i] for i in sorted(chosen or [0])], bool(chosen)
+
+    def lead_block(self, question: str, hit: Hit, number: int) -> str:
+        section = read_section(hit.chunk)
+        heading = f"**{member_label(hit.chunk)}**"
+        if section.signature and section.signature.lstrip(".") not in (hit.chunk.member, member_label(hit.chunk)):
+            heading += f" — `{section.signature}`" if hit.chunk.member else f" — {section.signature}"
+        block = f"{heading} [{number}]"
+        callable_ = "(" in section.signature  # a constructor or method: its sentences describe the parameters
+        if callable_ and 2 < len(section.sentences) and sum(len(s) for s in section.sentences) <= self.whole_chars:
+            block += "\n\n" + "\n".join(f"- {s}" for s in section.sentences) + f" [{number}]"
+        else:
+            sentences, _ = self.chosen_sentences(question, section, self.max_sentences)
+            if sentences:
+                block += "\n\n" + joined(sentences) + f" [{number}]"
+        if 2 < len(section.code) <= self.max_code_lines:
+            block += "\n\n" + "\n".join(section.code)
+        return block
+
+    def quote(self, question: str, hit: Hit, number: int) -> str:
+        section = read_section(hit.chunk)
+        sentences, related = self.chosen_sentences(question, section, 1)
+        if not related:
+            return ""  # a quote sharing no word with the question supports nothing
+        text = sentences[0]
+        where = member_label(hit.chunk)
+        if section.signature and hit.chunk.member and section.signature.lstrip(".") != hit.chunk.member:
+            where = f"{where} (`{section.signature}`)"
+        return f"> {where}: {text} [{number}]"
 
 
 @dataclass
