@@ -4,6 +4,11 @@ Each process keeps its own counters and publishes them to the shared Django cach
 a file cache on one machine) under its own key, with a short expiry; readers add up the live entries.
 A process that dies simply stops publishing, so its numbers drop out within `TTL` seconds.
 
+A process is listed from the first request it serves (a question through `in_flight`, or any HTTP request:
+the ops page counts the process that serves it) until it exits: while it lives it republishes every
+`HEARTBEAT` seconds, even idle, and on exit it withdraws its entry. A forked child (a Celery worker's pool)
+is a process of its own, with its own key.
+
 A request that starts is published at once; one that ends is published within `LINGER` seconds, or
 sooner by the next start (or a read of this process's snapshot, or the process's exit). A start that
 leaves the counters as they were last published (the next question of a `rag search -` batch) writes
@@ -21,8 +26,10 @@ from collections import Counter
 from contextlib import contextmanager
 
 from django.core.cache import cache
+from django.core.signals import request_started
 
 TTL = 30  # seconds a published snapshot counts; a busy process republishes on changes and every TTL/2
+HEARTBEAT = TTL / 3  # seconds between two publications of a listed process, idle or not (well within TTL)
 LINGER = 0.05  # seconds the end of a request may wait to be published
 REGISTRY_KEY = "rag:live:processes"
 PROCESS = f"{socket.gethostname()}:{os.getpid()}"
@@ -35,6 +42,7 @@ _stale = False  # the counters changed since the last publish (a request ended)
 _published: tuple[dict, float] | None = None  # the counters this process last wrote, and when
 _ended = threading.Event()
 _flusher: threading.Thread | None = None
+_withdrawn = False  # the process is exiting: publish nothing more
 
 
 def _key(process: str) -> str:
@@ -42,10 +50,14 @@ def _key(process: str) -> str:
 
 
 def publish(*, if_changed: bool = False) -> None:
-    """Write this process's counters to the cache and make sure the process is listed; with `if_changed`,
-    not when the cache holds these very counters, written less than TTL/2 ago."""
+    """Write this process's counters to the cache and make sure the process is listed (and stays listed: the
+    heartbeat starts); with `if_changed`, not when the cache holds these very counters, written less than
+    TTL/2 ago."""
     global _stale, _published
+    _ensure_flusher()
     with _publishing:
+        if _withdrawn:
+            return
         with _lock:
             counters = {"in_flight": {k: v for k, v in _in_flight.items() if v}, "gauges": dict(_gauges)}
             _stale = False
@@ -67,27 +79,61 @@ def flush() -> None:
         publish()
 
 
-def _publish_soon() -> None:
-    """Publish within LINGER seconds, unless something publishes first."""
-    global _stale, _flusher
+def _ensure_flusher() -> None:
+    """Start the thread that publishes ends and heartbeats: on first use, or in a forked child."""
+    global _flusher
     with _lock:
-        _stale = True
-        if _flusher is None or not _flusher.is_alive():  # first use, or a forked child
+        if _flusher is None or not _flusher.is_alive():
             _flusher = threading.Thread(target=_flush_loop, name="rag-live", daemon=True)
             _flusher.start()
+
+
+def _publish_soon() -> None:
+    """Publish within LINGER seconds, unless something publishes first."""
+    global _stale
+    with _lock:
+        _stale = True
+    _ensure_flusher()
     _ended.set()
 
 
 def _flush_loop() -> None:
     pause = threading.Event()  # waits on the monotonic clock, whatever the wall clock does
     while True:
-        _ended.wait()
-        _ended.clear()
-        pause.wait(LINGER)
-        flush()
+        if _ended.wait(HEARTBEAT):
+            _ended.clear()
+            pause.wait(LINGER)
+            flush()
+        else:  # idle: republish before the entry expires, so a serving process is never counted out
+            publish(if_changed=True)
 
 
-atexit.register(flush)
+def _withdraw() -> None:
+    """At exit: drop this process's entry at once rather than after TTL (it serves nothing any more)."""
+    global _withdrawn
+    with _publishing:
+        _withdrawn = True
+        if _published is not None:
+            cache.delete(_key(PROCESS))
+
+
+def _forked() -> None:
+    """In a forked child: a process of its own, with nothing in flight and nothing published yet."""
+    global PROCESS, _published, _stale, _flusher, _lock, _publishing
+    PROCESS = f"{socket.gethostname()}:{os.getpid()}"
+    _lock, _publishing = threading.Lock(), threading.Lock()  # a lock held by another thread at the fork stays held
+    _in_flight.clear()
+    _published, _stale, _flusher = None, False, None
+
+
+def _serving(**kwargs) -> None:
+    """An HTTP request started: this process serves, so it is listed (no cache write while it is fresh)."""
+    publish(if_changed=True)
+
+
+atexit.register(_withdraw)
+os.register_at_fork(after_in_child=_forked)
+request_started.connect(_serving, dispatch_uid="rag.live.serving")
 
 
 @contextmanager
