@@ -8,33 +8,54 @@ from django.core.validators import (
     MinLengthValidator,
     MinValueValidator,
     ProhibitNullCharactersValidator,
+    RegexValidator,
 )
-from django.utils.decorators import method_decorator
-from django.views.decorators.csrf import csrf_protect
-from drf_spectacular.utils import extend_schema, inline_serializer
+from django.middleware.csrf import CsrfViewMiddleware
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers
+from rest_framework.fields import empty
+from rest_framework.parsers import JSONParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from assistant.services import feedback_submit, web_chat, web_search
+from rag.api import error_response, response_header
+from rag.errors import ServiceError
 from rag.services.questions import MAX_CHUNK_ID_CHARS, MAX_EXCLUDE, MAX_QUESTION_CHARS, MAX_TOP_K
-
+from rag.services.records import MAX_KB_CHARS
 
 LIMITS = (MaxLengthValidator, MinLengthValidator, MaxValueValidator, MinValueValidator,
-          ProhibitNullCharactersValidator)
+          ProhibitNullCharactersValidator, RegexValidator)
+# Not blank after stripping whitespace, and no NUL character: the question service's rule, as a pattern.
+QUESTION_PATTERN = RegexValidator(r"^[^\x00]*[^\s\x00][^\x00]*$")
+KB_PATTERN = RegexValidator(r"^[-a-z0-9_]+$")  # a slug (slugify keeps these characters)
 
 
 class LimitsInSchemaOnly:
     """A field that documents its limits in the OpenAPI schema but leaves checking them to the question
     service, which checks every face's questions the same way (and records the failures): here, types only."""
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.validators = [v for v in self.validators if not isinstance(v, LIMITS)]
+    def run_validators(self, value):
+        documented = self.validators
+        self.validators = [v for v in documented if not isinstance(v, LIMITS)]
+        try:
+            super().run_validators(value)
+        finally:
+            self.validators = documented
 
 
 class StrictCharField(LimitsInSchemaOnly, serializers.CharField):
-    """A string, and only a string: numbers or lists are a type error, not silently converted."""
+    """A string, and only a string: numbers or lists are a type error, not silently converted.
+
+    A blank string is a limit too (`minLength` in the schema when `allow_blank` is false): it passes as ""
+    for the service to refuse with its own code.
+    """
+
+    def run_validation(self, data=empty):
+        if isinstance(data, str) and not data.strip():
+            return ""
+        return super().run_validation(data)
 
     def to_internal_value(self, data):
         if not isinstance(data, str):
@@ -56,25 +77,43 @@ class ListField(LimitsInSchemaOnly, serializers.ListField):
 class AskInput(serializers.Serializer):
     """The shape of a question (JSON types); its values are checked by the question service."""
 
-    question = StrictCharField(max_length=MAX_QUESTION_CHARS, trim_whitespace=True, allow_blank=True)
-    kb = StrictCharField(max_length=64, required=False, allow_blank=True)
-    exclude = ListField(child=StrictCharField(max_length=MAX_CHUNK_ID_CHARS, allow_blank=True), required=False,
+    question = StrictCharField(
+        min_length=1, max_length=MAX_QUESTION_CHARS, validators=[QUESTION_PATTERN],
+        help_text="The question. Leading and trailing whitespace is removed first; what is left must not be empty "
+                  "and must hold no NUL character (else 400 `invalid_question`); over "
+                  f"{MAX_QUESTION_CHARS} characters is 400 `question_too_long`.")
+    kb = StrictCharField(min_length=1, max_length=MAX_KB_CHARS, validators=[KB_PATTERN], required=False,
+                         help_text="Knowledge base slug (default: the site's default knowledge base).")
+    exclude = ListField(child=StrictCharField(min_length=1, max_length=MAX_CHUNK_ID_CHARS), required=False,
                         max_length=MAX_EXCLUDE, help_text="chunk ids not to use")
 
 
 class SearchInput(AskInput):
-    top_k = StrictIntegerField(min_value=1, max_value=MAX_TOP_K, required=False)
+    top_k = StrictIntegerField(min_value=1, max_value=MAX_TOP_K, required=False,
+                               help_text="How many chunks to return (default 5).")
 
 
-ERROR = inline_serializer("Error", {"code": serializers.CharField(), "message": serializers.CharField()})
+BAD_QUESTION = ("`invalid_request` (a body of the wrong shape, with `fields`), or the question service's code for "
+                "a bad value: `invalid_question`, `question_too_long`, `invalid_kb`, `invalid_exclude`")
+QUESTION_ERRORS = {
+    404: error_response("`kb_not_found`: no knowledge base with this slug."),
+    409: error_response("`no_active_version`: the knowledge base has no index yet."),
+    415: error_response("`unsupported_media_type`: the body is not `application/json`."),
+    500: error_response("`internal_error`: the request failed on the server (it is recorded)."),
+    503: error_response("`index_building`: the first index of the knowledge base is being built; try again "
+                        "after `Retry-After` seconds."),
+}
+RETRY_AFTER = response_header("Retry-After", "Seconds to wait before asking again.", 503, kind=OpenApiTypes.INT)
 
 
 class SearchApi(APIView):
     authentication_classes: list = []  # public; an admin's session must not turn on CSRF checks here
     permission_classes: list = []
+    parser_classes = [JSONParser]  # JSON only: a form post from another site cannot reach it
 
-    @extend_schema(request=SearchInput, responses={200: dict, 400: ERROR, 404: ERROR, 409: ERROR},
-                   summary="Search the documentation: adopted chunks, plan and timings")
+    @extend_schema(request=SearchInput, parameters=[RETRY_AFTER], summary="Search the documentation: adopted chunks, plan and timings",
+                   responses={200: OpenApiResponse(dict, "The adopted chunks, the plan and the timings."),
+                              400: error_response(BAD_QUESTION + ", `invalid_top_k`."), **QUESTION_ERRORS})
     def post(self, request):
         data = SearchInput(data=request.data)
         data.is_valid(raise_exception=True)
@@ -84,9 +123,13 @@ class SearchApi(APIView):
 class ChatApi(APIView):
     authentication_classes: list = []
     permission_classes: list = []
+    parser_classes = [JSONParser]
 
-    @extend_schema(request=AskInput, responses={200: dict, 400: ERROR, 404: ERROR, 429: ERROR},
-                   summary="Answer a question from the documentation, with checked citations")
+    @extend_schema(request=AskInput, parameters=[RETRY_AFTER], summary="Answer a question from the documentation, with checked citations",
+                   responses={200: OpenApiResponse(dict, "The answer, its citations, confidence and mode."),
+                              400: error_response(BAD_QUESTION + "."), **QUESTION_ERRORS,
+                              429: error_response("`token_pool_exhausted`: today's token pool of the web assistant "
+                                                  "is spent; it refills at midnight.")})
     def post(self, request):
         data = AskInput(data=request.data)
         data.is_valid(raise_exception=True)
@@ -94,19 +137,43 @@ class ChatApi(APIView):
 
 
 class FeedbackInput(serializers.Serializer):
-    request_id = StrictCharField(max_length=64)
+    request_id = StrictCharField(max_length=64, help_text="The `request_id` of an answer of /api/chat.")
     reason = StrictCharField(max_length=2000, required=False, allow_blank=True)
 
 
-@method_decorator(csrf_protect, name="dispatch")
+class _CsrfCheck(CsrfViewMiddleware):
+    def _reject(self, request, reason):
+        return reason
+
+
+def csrf_check(request) -> None:
+    """Refuse a request without the page's CSRF token with a JSON 403 (Django's own answer is an HTML page)."""
+    check = _CsrfCheck(lambda _request: None)
+    check.process_request(request)
+    reason = check.process_view(request, None, (), {})
+    if reason:
+        raise ServiceError("csrf_failed", f"CSRF check failed: {reason} Load the chat page first and send its "
+                           "csrftoken cookie with the same token in the X-CSRFToken header.", status=403)
+
+
 class FeedbackApi(APIView):
     """A thumbs-down from the chat page (CSRF-protected: the page's form token is required)."""
 
     authentication_classes: list = []
     permission_classes: list = []
+    parser_classes = [JSONParser]
 
-    @extend_schema(request=FeedbackInput, responses={201: dict, 200: dict, 404: ERROR})
+    @extend_schema(request=FeedbackInput, summary="Thumbs-down one answer of the web assistant",
+                   responses={201: OpenApiResponse(dict, "Recorded: `{request_id, created: true}`."),
+                              200: OpenApiResponse(dict, "Already recorded: `{request_id, created: false}`."),
+                              400: error_response("`invalid_request`: a body of the wrong shape, with `fields`."),
+                              403: error_response("`csrf_failed`: the CSRF cookie or the X-CSRFToken header is "
+                                                  "missing or wrong."),
+                              404: error_response("`request_not_found`: no answer of the web assistant with this "
+                                                  "request id."),
+                              415: error_response("`unsupported_media_type`: the body is not `application/json`.")})
     def post(self, request):
+        csrf_check(request._request)  # in the handler, so an unknown method is a 405 before any CSRF check
         data = FeedbackInput(data=request.data)
         data.is_valid(raise_exception=True)
         feedback, created = feedback_submit(**data.validated_data)

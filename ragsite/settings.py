@@ -132,11 +132,22 @@ CELERY_BEAT_SCHEDULE = {  # `make run` embeds beat in its worker; in production 
 
 REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],  # JSON bodies only, never a cross-site form
     "EXCEPTION_HANDLER": "rag.api.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,
 }
-SPECTACULAR_SETTINGS = {"TITLE": "Docs knowledge platform API", "VERSION": "1", "SERVE_INCLUDE_SCHEMA": False}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Docs knowledge platform API",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    # Relative to the schema's own address (OpenAPI 3.0 section 4.7.5): the site that serves it serves the API.
+    "SERVERS": [{"url": "/", "description": "This site"}],
+    "APPEND_COMPONENTS": {"securitySchemes": {"ApiKey": {
+        "type": "http", "scheme": "bearer",
+        "description": "An MCP API key (`rk…_…`), issued in the admin or by `manage.py apikey create`."}}},
+    "SECURITY": [],  # the web assistant's API is public; GET /api/keys/usage declares its key
+}
 
 RAG_ENGINE = {
     "LANCEDB_URI": env_str("RAG_LANCEDB_URI", default=str(DATA_DIR / "lancedb")),
