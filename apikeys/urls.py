@@ -1,7 +1,8 @@
 from django.urls import path
 
-from apikeys.api import UsageApi
+from apikeys.api import OAUTH_DISCOVERY_PATHS, UsageApi, oauth_not_offered
 
 urlpatterns = [
     path("api/keys/usage", UsageApi.as_view(), name="api-key-usage"),
+    *(path(discovery, oauth_not_offered) for discovery in OAUTH_DISCOVERY_PATHS),
 ]

@@ -26,6 +26,7 @@ from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE, TransportSecuritySettings
 
+from apikeys.api import bearer_of, key_refusal
 from apikeys.mcp.server import SCOPE_CALLER, build_server
 from apikeys.mcp.service import Caller, mcp_refusal_record, tool_names
 from apikeys.services import api_key_admit_call, api_key_authenticate
@@ -197,24 +198,17 @@ class McpHttpApp:
 
     async def _authenticate(self, headers: dict, scope) -> tuple[Caller, object | None]:
         authorization = headers.get("authorization", "")
-        if not authorization:
-            if settings.RAG_MCP_REQUIRE_KEY:
-                raise ServiceError("missing_api_key", "This server needs an API key: send "
-                                   "`Authorization: Bearer <key>` (keys are issued in the admin).",
-                                   status=401, headers={"WWW-Authenticate": 'Bearer realm="mcp"'})
+        if not authorization and not settings.RAG_MCP_REQUIRE_KEY:
             return Caller(transport="http"), None
-        scheme, _, raw = authorization.partition(" ")
-        if scheme.lower() != "bearer" or not raw.strip():
-            raise ServiceError("invalid_api_key", "Send the key as `Authorization: Bearer <key>`.", status=401,
-                               headers={"WWW-Authenticate": 'Bearer realm="mcp", error="invalid_request"'})
+        # The 401's challenge names the error and offers no OAuth, and the OAuth discovery paths are 404s
+        # (apikeys.api), so clients that try OAuth on a 401 stop and show this message instead.
+        raw = bearer_of(authorization)
         address = (scope.get("client") or ("", 0))[0] or ""
         try:
             key = await database_sync_to_async(api_key_authenticate, thread_sensitive=False)(
-                raw=raw.strip(), address=address)
+                raw=raw, address=address)
         except ServiceError as exc:
-            if exc.status == 401:
-                exc.headers["WWW-Authenticate"] = 'Bearer realm="mcp", error="invalid_token"'
-            raise
+            raise key_refusal(exc) from None
         return Caller(key_id=key.pk, key_prefix=key.prefix, transport="http"), key
 
     async def _buffer_body(self, scope, receive):
