@@ -61,6 +61,7 @@ test-clock: install
 bench: install
 	$(PY) bench/retrieval.py
 	$(PY) bench/cli.py
+	$(PY) bench/confidence.py
 
 bench-load: install
 	$(PY) bench/load.py
