@@ -52,7 +52,10 @@ class HourStat(models.Model):
     degraded = models.PositiveIntegerField(default=0)
     prompt_tokens = models.PositiveBigIntegerField(default=0)
     completion_tokens = models.PositiveBigIntegerField(default=0)
-    latency = models.JSONField(default=list, help_text="Requests at or under each latency edge (cumulative)")
+    latency = models.JSONField(default=dict, help_text="Latency histogram: requests per log bucket "
+                                                       "(selectors.LATENCY_BUCKET), {bucket: count}")
+    latency_min_ms = models.FloatField(null=True, blank=True, help_text="The fastest request of the hour")
+    latency_max_ms = models.FloatField(null=True, blank=True, help_text="The slowest request of the hour")
     rolled_up_at = models.DateTimeField(auto_now=True)
 
     class Meta:

@@ -4,11 +4,12 @@ and the broker. Nothing here writes."""
 from __future__ import annotations
 
 import datetime
+import math
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.db.models import Count, Q, Sum
-from django.db.models.functions import Trunc
+from django.db.models import Count, F, Max, Min, Q, Sum, Value
+from django.db.models.functions import Ceil, Greatest, Ln, Trunc
 from django.utils import timezone
 
 from apikeys.models import ApiKey
@@ -25,11 +26,17 @@ ALL_CHANNELS = tuple(Channel)
 CORE_CHANNELS = (Channel.WEB, Channel.MCP)  # always shown on the overview; other faces once they have traffic
 Outcome = RequestRecord.Outcome
 BAD_OUTCOMES = (Outcome.FAILED, Outcome.EMPTY, Outcome.LOW, Outcome.DEGRADED)
-# Latency histogram edges (ms): percentiles are read off cumulative counts the database computes per bucket,
-# so p50/p95 are upper bounds of the bucket the percentile falls in (shown as "≤").
-LATENCY_EDGES = (10, 20, 30, 50, 75, 100, 150, 200, 300, 500, 750, 1000, 1500, 2000, 3000, 5000, 10000, 30000, 60000,
-                 600000)  # the last edge is above every timeout, so every request falls in some bucket
+# Latency percentiles come from a log-bucketed histogram the database counts (DDSketch's buckets: Masson, Rim and
+# Lee, "DDSketch: A Fast and Fully-Mergeable Quantile Sketch with Relative-Error Guarantees", VLDB 2019). Bucket i
+# holds the latencies in (GAMMA**(i-1), GAMMA**i] ms (bucket 0 everything up to 1 ms); a percentile is read as the
+# bucket's midpoint 2*GAMMA**i/(GAMMA+1), within RELATIVE_ACCURACY of the exact value. Histograms of hours add up,
+# so a day or a month read from hour rollups gives the same percentiles as the request rows themselves.
+GAMMA = 1.02
+RELATIVE_ACCURACY = (GAMMA - 1) / (GAMMA + 1)  # 0.99 %
+LATENCY_BUCKET = Ceil(Ln(Greatest(F("latency_ms"), Value(1.0))) / Value(math.log(GAMMA)))
 OUTCOMES = (*Outcome.values, "thumbs_down")
+COUNTED = ("requests", "failures", "empty", "low", "degraded", "thumbs_down", "prompt_tokens", "completion_tokens")
+EXTREMES = (("latency_min", min), ("latency_max", max))  # a percentile never reads below the fastest or above the slowest
 
 
 def outcome_filter(outcome: str) -> Q:
@@ -46,42 +53,77 @@ def _aggregates(thumbs: bool = True) -> dict:
         "degraded": Count("id", filter=Q(outcome=Outcome.DEGRADED)),
         "prompt_tokens": Sum("prompt_tokens"),
         "completion_tokens": Sum("completion_tokens"),
+        "latency_min": Min("latency_ms"),
+        "latency_max": Max("latency_ms"),
     }
     if thumbs:
         counts["thumbs_down"] = Count("feedback")
-    counts.update({f"le_{edge}": Count("id", filter=Q(latency_ms__lte=edge)) for edge in LATENCY_EDGES})
     return counts
 
 
-SUMMED = ("requests", "failures", "empty", "low", "degraded", "thumbs_down", "prompt_tokens", "completion_tokens",
-          *(f"le_{edge}" for edge in LATENCY_EDGES))
+def _grouped(rows, group: tuple[str, ...], *, thumbs: bool = True) -> dict[tuple, dict]:
+    """The aggregates of `rows` per value of the `group` fields, each with its latency histogram: one query,
+    grouped by the group fields and the latency bucket, folded here (at most a few hundred buckets a group)."""
+    out: dict[tuple, dict] = {}
+    for row in (rows.annotate(latency_bucket=LATENCY_BUCKET).values(*group, "latency_bucket")
+                .annotate(**_aggregates(thumbs)).order_by()):
+        key = tuple(row[name] for name in group)
+        total = out.setdefault(key, {**dict(zip(group, key, strict=True)), **dict.fromkeys(COUNTED, 0), "latency": {}})
+        for name in COUNTED:
+            total[name] += row.get(name) or 0
+        _extremes(total, row)
+        bucket = int(row["latency_bucket"])
+        total["latency"][bucket] = total["latency"].get(bucket, 0) + row["requests"]
+    return out
 
 
-def _percentile(row: dict, q: float) -> int | None:
-    """The histogram edge at or under which a fraction q of the row's requests finished."""
-    total = row.get("requests") or 0
+def _extremes(total: dict, row: dict) -> None:
+    for name, pick in EXTREMES:
+        values = [v for v in (total.get(name), row.get(name)) if v is not None]
+        total[name] = pick(values) if values else None
+
+
+def latency_value(bucket: int) -> float:
+    """The latency (ms) a histogram bucket stands for: its midpoint in relative terms."""
+    return 2 * GAMMA ** bucket / (GAMMA + 1)
+
+
+def percentile(histogram: dict[int, int], q: float, lowest: float | None = None,
+               highest: float | None = None) -> int | None:
+    """The latency (ms, to the nearest integer) under which a fraction q of the requests finished: the k-th
+    fastest of n with k = ceil(q*n) (the nearest-rank definition), within RELATIVE_ACCURACY, and never outside
+    the fastest and slowest latencies when they are known (so a p95 that is the slowest request is exact)."""
+    total = sum(histogram.values())
     if not total:
         return None
-    for edge in LATENCY_EDGES:
-        if (row.get(f"le_{edge}") or 0) >= q * total:
-            return edge
+    rank, seen = max(1, math.ceil(q * total - 1e-9)), 0
+    for bucket in sorted(histogram):
+        seen += histogram[bucket]
+        if seen >= rank:
+            value = latency_value(bucket)
+            value = max(value, lowest) if lowest is not None else value
+            return round(min(value, highest) if highest is not None else value)
     return None
 
 
 def _shape(row: dict) -> dict:
     out = {k: (row.get(k) or 0) for k in ("requests", "failures", "empty", "low", "degraded", "thumbs_down")}
     out["tokens"] = (row.get("prompt_tokens") or 0) + (row.get("completion_tokens") or 0)
-    out["p50_ms"], out["p95_ms"] = _percentile(row, 0.5), _percentile(row, 0.95)
+    histogram, lowest, highest = row.get("latency") or {}, row.get("latency_min"), row.get("latency_max")
+    out["p50_ms"], out["p95_ms"] = (percentile(histogram, q, lowest, highest) for q in (0.5, 0.95))
     for name in ("failures", "empty", "low", "degraded", "thumbs_down"):
         out[f"{name}_rate"] = out[name] / out["requests"] if out["requests"] else None
     return out
 
 
 def _sum(rows) -> dict:
-    total = dict.fromkeys(SUMMED, 0)
+    total = {**dict.fromkeys(COUNTED, 0), "latency": {}}
     for row in rows:
-        for key in SUMMED:
+        for key in COUNTED:
             total[key] += row.get(key) or 0
+        _extremes(total, row)
+        for bucket, n in (row.get("latency") or {}).items():
+            total["latency"][bucket] = total["latency"].get(bucket, 0) + n
     return total
 
 
@@ -100,18 +142,19 @@ def _hours(since, until) -> list[datetime.datetime]:
 def _stat_row(stat: HourStat) -> dict:
     row = {k: getattr(stat, k) for k in ("requests", "failures", "empty", "low", "degraded", "prompt_tokens",
                                           "completion_tokens")}
-    row.update({f"le_{edge}": count for edge, count in zip(LATENCY_EDGES, stat.latency, strict=False)})
+    row["latency"] = {int(bucket): n for bucket, n in stat.latency.items()}  # JSON keys are strings
+    row["latency_min"], row["latency_max"] = stat.latency_min_ms, stat.latency_max_ms
     return row
 
 
-def hourly_live(channels, since, until):
+def hourly_live(channels, since, until) -> list[dict]:
     """Per-hour aggregates of some channels (None: all) straight from the request table (UTC hours),
-    without thumbs-down."""
+    with latency histograms, without thumbs-down."""
     rows = RequestRecord.objects.filter(created_at__gte=since, created_at__lt=until)
     if channels is not None:
         rows = rows.filter(channel__in=list(channels))
-    return (rows.annotate(bucket=Trunc("created_at", "hour", tzinfo=datetime.UTC))
-            .values("bucket", "channel").annotate(**_aggregates(thumbs=False)).order_by("bucket"))
+    rows = rows.annotate(bucket=Trunc("created_at", "hour", tzinfo=datetime.UTC))
+    return sorted(_grouped(rows, ("bucket", "channel"), thumbs=False).values(), key=lambda r: (r["bucket"], r["channel"]))
 
 
 def first_id_since(moment) -> int | None:
@@ -182,7 +225,7 @@ def channel_totals(channel: str, since, until) -> dict:
 
 def totals_of(rows) -> dict:
     """The overview's numbers for any set of request rows, aggregated in one query (the alert rules)."""
-    return _shape(rows.aggregate(**_aggregates()))
+    return _shape(_grouped(rows, ()).get((), {}))
 
 
 def top_failing_questions(channels, since, until, limit: int = 10) -> dict[str, list[dict]]:

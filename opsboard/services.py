@@ -13,6 +13,7 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 
 from opsboard import selectors
+from opsboard.formatting import count, ms, pct
 from opsboard.models import AlertEvent, DailyReport, HourStat
 from rag.errors import ServiceError
 from rag.models import Channel, IndexVersion, KnowledgeBase, RequestRecord
@@ -103,7 +104,8 @@ def rollup_hours(*, hours: int = 48, now: datetime.datetime | None = None) -> in
                 HourStat.objects.update_or_create(hour=moment, channel=channel, defaults={
                     **{k: row.get(k) or 0 for k in ("requests", "failures", "empty", "low", "degraded",
                                                     "prompt_tokens", "completion_tokens")},
-                    "latency": [row.get(f"le_{edge}") or 0 for edge in selectors.LATENCY_EDGES]})
+                    "latency": {str(bucket): n for bucket, n in sorted(row.get("latency", {}).items())},
+                    "latency_min_ms": row.get("latency_min"), "latency_max_ms": row.get("latency_max")})
                 written += 1
             moment += datetime.timedelta(hours=1)
         day = end
@@ -190,6 +192,15 @@ def _rule_values() -> list[tuple[str, float | None, float, str]]:
     ]
 
 
+def _shown(rule: str, value: float) -> str:
+    """A rule's value as the pages show numbers: rates as percentages, latency in whole ms, counts as integers."""
+    if rule.endswith("_rate") or rule == "token_pool_low":
+        return pct(value)
+    if rule.endswith("_ms"):
+        return f"{ms(value)} ms"
+    return count(value)
+
+
 def alerts_evaluate() -> list[AlertEvent]:
     """Open an alert for each rule over its threshold (and send it), resolve those back within; return open ones."""
     now = timezone.now()
@@ -199,8 +210,9 @@ def alerts_evaluate() -> list[AlertEvent]:
         firing = value > threshold
         current = AlertEvent.objects.filter(rule=rule, resolved_at__isnull=True).first()
         if firing and current is None:
-            event = AlertEvent.objects.create(rule=rule, value=value, threshold=threshold,
-                                              message=f"{message}: {value:.3g} (threshold {threshold:.3g})")
+            shown = message if rule == "breaker_open" else (
+                f"{message}: {_shown(rule, value)} (threshold {_shown(rule, threshold)})")
+            event = AlertEvent.objects.create(rule=rule, value=value, threshold=threshold, message=shown)
             _deliver(event)
         elif firing:
             AlertEvent.objects.filter(pk=current.pk).update(value=value, last_seen_at=now)

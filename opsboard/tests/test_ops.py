@@ -108,11 +108,42 @@ def test_channel_totals_match_the_numbers_worked_out_by_hand(fixture_day):
     assert (web["requests"], web["failures"], web["empty"], web["low"], web["degraded"], web["thumbs_down"]) == (
         10, 1, 1, 1, 1, 1)  # empty counts answers without error and without chunks: #4 only
     assert web["tokens"] == 100 + 20 + 200 + 30
-    # latencies sorted: 15 25 45 60 60 60 60 120 900 2500 -> the 5th of 10 (p50) is 60 (bucket ≤75),
-    # the 95th percentile is the 10th: 2500 (bucket ≤3000)
-    assert (web["p50_ms"], web["p95_ms"]) == (75, 3000)
+    # latencies sorted: 15 25 45 60 60 60 60 120 900 2500 -> the 5th of 10 (p50) is 60, the 95th percentile
+    # the 10th: 2500, the slowest (exact: a percentile never reads above the slowest request)
+    assert web["p50_ms"] == pytest.approx(60, rel=selectors.RELATIVE_ACCURACY) and web["p95_ms"] == 2500
     assert web["failures_rate"] == pytest.approx(0.1)
     assert (mcp["requests"], mcp["failures"], mcp["empty"]) == (3, 1, 0)
+
+
+def test_percentiles_are_the_exact_ones_within_one_percent_live_and_rolled_up(day):
+    from opsboard.services import rollup_hours
+
+    _, start = day
+    # 60 web requests over two hours: 7.5, 15, ..., 450 ms (every 7.5 ms), so the exact nearest-rank percentiles
+    # are the 30th (p50: 225 ms) and the 57th (p95: 427.5 ms); they fall inside histogram buckets, not on edges
+    for n in range(1, 61):
+        record(800 + n, at=start + datetime.timedelta(hours=9 + n % 2, minutes=n % 50), latency=7.5 * n)
+    end = start + datetime.timedelta(days=1)
+
+    live_totals = selectors.channel_totals("web", start, end)
+    rollup_hours(hours=72, now=NOW)
+    rolled = selectors.channel_totals("web", start, end)
+    by_day = selectors.channel_series("web", start, end, "day")[0]
+
+    assert live_totals["p50_ms"] == pytest.approx(225, rel=selectors.RELATIVE_ACCURACY)
+    assert live_totals["p95_ms"] == pytest.approx(427.5, rel=selectors.RELATIVE_ACCURACY)
+    assert (rolled["p50_ms"], rolled["p95_ms"]) == (by_day["p50_ms"], by_day["p95_ms"]) == (
+        live_totals["p50_ms"], live_totals["p95_ms"])
+
+
+def test_a_percentile_never_reads_outside_the_fastest_and_slowest_request(day):
+    _, start = day
+    for n in range(3):
+        record(900 + n, at=start + datetime.timedelta(hours=9), latency=333.0)
+
+    totals = selectors.channel_totals("web", start, start + datetime.timedelta(days=1))
+
+    assert (totals["p50_ms"], totals["p95_ms"]) == (333, 333)
 
 
 def test_the_hourly_series_puts_each_request_in_its_hour(fixture_day):
@@ -121,7 +152,7 @@ def test_the_hourly_series_puts_each_request_in_its_hour(fixture_day):
     by_hour = {timezone.localtime(p["bucket"]).hour: p for p in series}
     assert len(series) == 24 and sum(p["requests"] for p in series) == 10
     assert (by_hour[9]["requests"], by_hour[9]["failures"], by_hour[14]["requests"], by_hour[14]["p95_ms"]) == (
-        4, 1, 6, 3000)
+        4, 1, 6, 2500)
     assert by_hour[3]["requests"] == 0 and by_hour[3]["p50_ms"] is None
 
 
