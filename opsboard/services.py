@@ -17,6 +17,7 @@ from opsboard.formatting import count, ms, pct
 from opsboard.models import AlertEvent, DailyReport, HourStat
 from rag.errors import ServiceError
 from rag.models import Channel, IndexVersion, KnowledgeBase, RequestRecord
+from rag.engine.search import MODES
 from rag.services.questions import QuestionRequest, question_answer, question_search
 
 log = logging.getLogger(__name__)
@@ -25,12 +26,28 @@ log = logging.getLogger(__name__)
 # -- replay ---------------------------------------------------------------------------------------------
 
 
+def recorded_options(record: RequestRecord) -> dict:
+    """The request options a record says were asked (top_k, mode, rerank, rewrite), from the caller's raw
+    arguments or the options the question service recorded; a value of the wrong kind is left out (the engine's
+    default is used, as the original request could not have run with it)."""
+    arguments = record.arguments if isinstance(record.arguments, dict) else {}
+    options = {}
+    top_k = arguments.get("top_k")
+    if isinstance(top_k, int) and not isinstance(top_k, bool):
+        options["top_k"] = top_k
+    if arguments.get("mode") in MODES:
+        options["mode"] = arguments["mode"]
+    for name in ("rerank", "rewrite"):
+        if isinstance(arguments.get(name), bool):
+            options[name] = arguments[name]
+    return options
+
+
 def _run_as_eval(record: RequestRecord, version: str) -> dict:
-    """Ask the recorded question again, as eval traffic, against one version; the parts a replay compares."""
-    top_k = (record.arguments or {}).get("top_k") if record.kind == RequestRecord.Kind.SEARCH else None
+    """Ask the recorded question again, as eval traffic, against one version, with the recorded options;
+    the parts a replay compares."""
     request = QuestionRequest(question=record.question, kb=record.kb, exclude=record.excluded or [],
-                              version=version, top_k=top_k if isinstance(top_k, int) else None,
-                              channel=Channel.EVAL)
+                              version=version, channel=Channel.EVAL, **recorded_options(record))
     try:
         if record.kind == RequestRecord.Kind.CHAT:
             outcome = question_answer(request)
@@ -61,16 +78,20 @@ def replay_request(request_id: str) -> dict:
     runs = {"recorded": _run_as_eval(record, record.index_version) if recorded_kept else None,
             "active": _run_as_eval(record, active) if active else None}
     return {"record": record, "original": original, "recorded_kept": recorded_kept, "active_version": active,
-            "runs": runs, "same": {name: _same(original, run) for name, run in runs.items() if run}}
+            "options": recorded_options(record), "runs": runs,
+            "same": {name: _same(original, run) for name, run in runs.items() if run}}
 
 
 def _same(original: dict, run: dict) -> dict:
+    """Per part: "same", "differs", or for the answer "none" when neither side has one (a search, or two empty
+    answers: nothing to compare is not an agreement)."""
     if "error" in run:
-        return {"plan": False, "evidence": False, "answer": False}
+        return {"plan": "differs", "evidence": "differs", "answer": "differs"}
     keys = ("kind", "classes", "members", "corrections")
-    return {"plan": all((original["plan"] or {}).get(k) == run["plan"].get(k) for k in keys),
-            "evidence": original["evidence"] == run["evidence"],
-            "answer": (original["answer"] or "") == (run["answer"] or "")}
+    answers = ((original["answer"] or "").strip(), (run["answer"] or "").strip())
+    return {"plan": "same" if all((original["plan"] or {}).get(k) == run["plan"].get(k) for k in keys) else "differs",
+            "evidence": "same" if original["evidence"] == run["evidence"] else "differs",
+            "answer": "none" if answers == ("", "") else "same" if answers[0] == answers[1] else "differs"}
 
 
 # -- hourly rollups -------------------------------------------------------------------------------------

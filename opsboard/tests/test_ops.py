@@ -250,8 +250,7 @@ def test_replay_asks_again_as_eval_and_compares(client, corpus_copy):
 
     assert response.status_code == 200
     same = response.context["same"]
-    assert same["recorded"] == {"plan": True, "evidence": True, "answer": True}
-    assert same["active"] == {"plan": True, "evidence": True, "answer": True}
+    assert same["recorded"] == same["active"] == {"plan": "same", "evidence": "same", "answer": "same"}
     assert RequestRecord.objects.filter(channel="eval").count() == 2
     assert RequestRecord.objects.filter(channel="web").count() == 1  # the user's record is untouched
 

@@ -289,11 +289,18 @@ class _Call:
             return
         request_record_write(request_id=self.request_id, channel=self.request.channel, kind=self.kind,
                              question=self.request.question, kb=self.kb, caller=self.request.caller,
-                             result=result, answer=answer, error=error, latency_ms=self.elapsed_ms(),
-                             generate_ms=generate_ms)
+                             options=_options(self.request), result=result, answer=answer, error=error,
+                             latency_ms=self.elapsed_ms(), generate_ms=generate_ms)
 
     def fail(self, error: ServiceError) -> None:
         self.record(result=self.result, error=error)
+
+
+def _options(request: QuestionRequest) -> dict:
+    """The request options a face set (top_k, mode, rerank, rewrite), as asked: recorded so a replay asks the same."""
+    options = {"top_k": request.top_k, "mode": None if request.mode == "hybrid" else request.mode,
+               "rerank": request.rerank, "rewrite": request.rewrite}
+    return {name: value for name, value in options.items() if value is not None}
 
 
 def _validated(request: QuestionRequest) -> tuple[str, int | None, str, tuple[str, ...]]:

@@ -75,15 +75,17 @@ def _arguments(arguments: dict) -> dict:
 
 
 def request_record_write(*, request_id: str, channel: str, kind: str, question, kb, caller,
-                         result: SearchResult | None = None, answer: Answer | None = None,
+                         options: dict | None = None, result: SearchResult | None = None, answer: Answer | None = None,
                          error: ServiceError | None = None, latency_ms: float = 0.0,
                          generate_ms: float | None = None) -> RequestRecord:
     """Store one request: who asked through what, the plan, the top of each route, what was adopted and
-    answered, its outcome and its cost. Values that failed validation are stored cut to size, never raw."""
+    answered, its outcome and its cost. Values that failed validation are stored cut to size, never raw.
+    `arguments` hold the caller's raw arguments (an MCP tool call) or, for a face without them, the request
+    `options` it set (top_k, mode, rerank, rewrite), so a replay asks the same way."""
     error_code = error.code if error is not None else ""
     fields = {
         "api_key_prefix": caller.key_prefix[:16], "tool": caller.tool[:64],
-        "arguments": _arguments(caller.arguments or {}), "session_id": caller.session_id[:64],
+        "arguments": _arguments(caller.arguments or options or {}), "session_id": caller.session_id[:64],
         "transport": caller.transport[:8], "app": caller.app[:64],
     }
     if result is not None:
