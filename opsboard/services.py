@@ -184,13 +184,19 @@ def daily_report_json(report: DailyReport) -> str:
 # -- alerts ---------------------------------------------------------------------------------------------
 
 
+ANSWERED = (RequestRecord.Outcome.OK, RequestRecord.Outcome.LOW, RequestRecord.Outcome.DEGRADED,
+            RequestRecord.Outcome.EMPTY)
+
+
 def _rule_values() -> list[tuple[str, float | None, float, str]]:
     """(rule, value, threshold, message) for every alert rule, over the alert window of user traffic."""
     config = settings.RAG_ALERTS
     since = timezone.now() - datetime.timedelta(minutes=config["WINDOW_MINUTES"])
     rows = RequestRecord.objects.filter(channel__in=selectors.USER_CHANNELS, created_at__gte=since)
     totals = selectors.totals_of(rows)
-    chats = rows.filter(kind=RequestRecord.Kind.CHAT).aggregate(
+    # Low confidence is a share of the answers written from the documentation: a chitchat question's fixed
+    # reply, a failure and a cancelled stream are no such answer, so they neither count nor dilute it.
+    chats = rows.filter(kind=RequestRecord.Kind.CHAT, outcome__in=ANSWERED).aggregate(
         n=Count("id"), low=Count("id", filter=Q(outcome=RequestRecord.Outcome.LOW)))
     enough = totals["requests"] >= config["MIN_REQUESTS"]
     window = f"last {config['WINDOW_MINUTES']} min"
