@@ -93,8 +93,9 @@ class SearchInput(AskInput):
                                help_text="How many chunks to return (default 5).")
 
 
-BAD_QUESTION = ("`invalid_request` (a body of the wrong shape, with `fields`), or the question service's code for "
-                "a bad value: `invalid_question`, `question_too_long`, `invalid_kb`, `invalid_exclude`")
+BAD_QUESTION = ("`parse_error` (not JSON), `invalid_request` (a body of the wrong shape, with `fields`), or the "
+                "question service's code for a bad value: `invalid_question`, `question_too_long`, `invalid_kb`, "
+                "`invalid_exclude`")
 QUESTION_ERRORS = {
     404: error_response("`kb_not_found`: no knowledge base with this slug."),
     409: error_response("`no_active_version`: the knowledge base has no index yet."),
@@ -111,7 +112,8 @@ class SearchApi(APIView):
     permission_classes: list = []
     parser_classes = [JSONParser]  # JSON only: a form post from another site cannot reach it
 
-    @extend_schema(request=SearchInput, parameters=[RETRY_AFTER], summary="Search the documentation: adopted chunks, plan and timings",
+    @extend_schema(request=SearchInput, parameters=[RETRY_AFTER],
+                   summary="Search the documentation: adopted chunks, plan and timings",
                    responses={200: OpenApiResponse(dict, "The adopted chunks, the plan and the timings."),
                               400: error_response(BAD_QUESTION + ", `invalid_top_k`."), **QUESTION_ERRORS})
     def post(self, request):
@@ -125,7 +127,8 @@ class ChatApi(APIView):
     permission_classes: list = []
     parser_classes = [JSONParser]
 
-    @extend_schema(request=AskInput, parameters=[RETRY_AFTER], summary="Answer a question from the documentation, with checked citations",
+    @extend_schema(request=AskInput, parameters=[RETRY_AFTER],
+                   summary="Answer a question from the documentation, with checked citations",
                    responses={200: OpenApiResponse(dict, "The answer, its citations, confidence and mode."),
                               400: error_response(BAD_QUESTION + "."), **QUESTION_ERRORS,
                               429: error_response("`token_pool_exhausted`: today's token pool of the web assistant "
@@ -166,7 +169,8 @@ class FeedbackApi(APIView):
     @extend_schema(request=FeedbackInput, summary="Thumbs-down one answer of the web assistant",
                    responses={201: OpenApiResponse(dict, "Recorded: `{request_id, created: true}`."),
                               200: OpenApiResponse(dict, "Already recorded: `{request_id, created: false}`."),
-                              400: error_response("`invalid_request`: a body of the wrong shape, with `fields`."),
+                              400: error_response("`parse_error` (not JSON) or `invalid_request` (a body of the "
+                                                  "wrong shape, with `fields`)."),
                               403: error_response("`csrf_failed`: the CSRF cookie or the X-CSRFToken header is "
                                                   "missing or wrong."),
                               404: error_response("`request_not_found`: no answer of the web assistant with this "

@@ -4,7 +4,8 @@ Per request, before the SDK sees it: the Host must be one of ALLOWED_HOSTS and a
 RAG_MCP_ALLOWED_ORIGINS (DNS-rebinding protection); the Bearer key is checked (required in production
 mode, optional in debug mode); each call of one of our tools is admitted against its key's rate limit
 and daily quota. Refusals are JSON-RPC error bodies with a stable `data.code`, at HTTP 400/401/403/429,
-which MCP clients surface as the failed request's error.
+which MCP clients surface as the failed request's error; a 401's `WWW-Authenticate` challenge names the
+error and offers no OAuth (apikeys.api), so clients show that message rather than start an OAuth login.
 
 Lifecycle: the SDK's session manager must be inside its `run()` context to serve anything. Servers that
 send ASGI lifespan events (uvicorn) start it at startup through `lifespan()`; Daphne sends none (daphne
