@@ -17,8 +17,7 @@ from opsboard.formatting import count, ms, pct
 from opsboard.models import AlertEvent, DailyReport, HourStat
 from rag.errors import ServiceError
 from rag.models import Channel, IndexVersion, KnowledgeBase, RequestRecord
-from rag.engine.search import MODES
-from rag.services.questions import QuestionRequest, question_answer, question_search
+from rag.services.questions import MODES, QuestionRequest, question_answer, question_search
 
 log = logging.getLogger(__name__)
 
