@@ -131,7 +131,10 @@ def test_every_example_question_has_an_expectation():
 @pytest.fixture(scope="module")
 def docs_searcher(tmp_path_factory, real_embedder) -> Searcher:
     store = make_store(tmp_path_factory.mktemp("docs-kb"))
-    store.build("docs", "v1", chunk_documents(read_folder(ROOT / "docs")), real_embedder)
+    from rag.engine.vectorpack import read_pack
+
+    prebuilt = read_pack(ROOT / "docs", real_embedder.model_id, real_embedder.dimension)  # seconds, not minutes
+    store.build("docs", "v1", chunk_documents(read_folder(ROOT / "docs")), real_embedder, prebuilt=prebuilt)
     reader = VersionReader.open(store, "docs", "v1")
     return Searcher(reader=reader, queries=QueryVectorCache(real_embedder), planner=Planner(reader.catalog))
 
