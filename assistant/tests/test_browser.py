@@ -122,6 +122,8 @@ def test_each_answer_has_its_own_citation_anchors_and_a_bracket_quoted_from_the_
     links_in_their_own_answer = page.eval_on_selector_all("sup.cite a", """links => links.map(a => {
         const target = document.getElementById(a.getAttribute('href').slice(1));
         return [a.closest('.turn').id, target ? target.closest('.turn').id : null]; })""")
+    linked_numbers = page.eval_on_selector_all("#a1 .answer sup.cite a", "links => links.map(a => a.dataset.cite)")
+    cited_numbers = page.eval_on_selector_all("#a1 .citations li", "items => items.map(i => i.id.split('-').pop())")
     page.click("#a2 .answer sup.cite a >> nth=0")
     first_answer_html = page.inner_html("#a1 .answer")
 
@@ -133,7 +135,7 @@ def test_each_answer_has_its_own_citation_anchors_and_a_bracket_quoted_from_the_
     assert not page.locator("#a1-cite-1 details").evaluate("d => d.open")
     assert page.locator("#a1-cite-2").count() == 1  # [2] is a citation of this answer, and yet…
     assert "见规范 [2] 第 3 节" in first_answer_html  # …inside the quoted docs it stays plain text
-    assert page.locator("#a1 .answer sup.cite a").count() >= 1
+    assert set(linked_numbers) == set(cited_numbers)  # the answer's own markers, in its quotes too, are links
 
 
 @pytest.mark.slow

@@ -24,14 +24,14 @@
       .replace(/"/g, "&quot;").replace(/'/g, "&#39;");
   }
 
-  // Which `[n]` in an answer are the answer's own citation markers. Never one inside code or a quoted
-  // (`> `) block, never one glued to a name (`a[1]` indexes an array), only a number in the answer's
-  // citation list, and in an extractive answer only one that ends its line: the extractive generator puts
-  // its own markers there, while the sentences it quotes from the docs may contain brackets anywhere.
+  // Which `[n]` in an answer are the answer's own citation markers: never one inside code, never one glued
+  // to a name (`a[1]` indexes an array), only a number in the answer's citation list, and in an extractive
+  // answer or a quoted (`> `) line only the markers that end the line. The extractive generator puts its
+  // markers there, after each sentence group and each quote, while the documentation text it quotes may
+  // hold brackets anywhere; the answer payload itself does not say which brackets are quoted text.
   function citationLinker(turn, citations, mode) {
     const numbers = new Set(citations.map(function (c) { return String(c.number); }));
-    const lineEnd = mode === "extractive";
-    return function (text, endsParagraph) {
+    const linker = function (lineEnd) { return function (text, endsParagraph) {
       return text.replace(/\[(\d{1,3})\]/g, function (marker, number, offset, whole) {
         if (!numbers.has(number)) return marker;
         if (/[A-Za-z_]/.test(whole.charAt(offset - 1))) return marker;
@@ -43,11 +43,13 @@
         return '<sup class="cite"><a href="#' + turn.id + "-cite-" + number + '" data-cite="' + number + '">[' +
           number + "]</a></sup>";
       });
-    };
+    }; };
+    return { text: linker(mode === "extractive"), quote: linker(true) };
   }
 
   // Markdown subset on text that is escaped first, so nothing in a question, a document or an answer can
-  // become markup: fences, inline code, bold, headings, lists, quotes, paragraphs; `link` marks citations.
+  // become markup: fences, inline code, bold, headings, lists, quotes, paragraphs; `link` (from
+  // citationLinker, or null while an answer streams in) marks citations in text and in quotes.
   function renderMarkdown(source, link) {
     const blocks = [];
     const parts = source.split(/```[\w-]*\n?/);
@@ -58,14 +60,14 @@
         const lines = para.split("\n").filter(Boolean);
         if (lines.every(function (l) { return /^&gt; ?/.test(l); })) {
           blocks.push("<blockquote><p>" + inline(lines.map(function (l) { return l.replace(/^&gt; ?/, ""); })
-            .join("<br>"), null) + "</p></blockquote>");
+            .join("<br>"), link && link.quote) + "</p></blockquote>");
           return;
         }
-        if (/^#{1,6} /.test(para)) { blocks.push("<h3>" + inline(para.replace(/^#{1,6} /, ""), link) + "</h3>"); }
+        if (/^#{1,6} /.test(para)) { blocks.push("<h3>" + inline(para.replace(/^#{1,6} /, ""), link && link.text) + "</h3>"); }
         else if (/^\s*[-*] /m.test(para)) {
-          blocks.push("<ul>" + lines.map(function (l) { return "<li>" + inline(l.replace(/^\s*[-*] /, ""), link) + "</li>"; })
+          blocks.push("<ul>" + lines.map(function (l) { return "<li>" + inline(l.replace(/^\s*[-*] /, ""), link && link.text) + "</li>"; })
             .join("") + "</ul>");
-        } else { blocks.push("<p>" + inline(para.replace(/\n/g, "<br>"), link) + "</p>"); }
+        } else { blocks.push("<p>" + inline(para.replace(/\n/g, "<br>"), link && link.text) + "</p>"); }
       });
     });
     return blocks.join("");
