@@ -154,10 +154,15 @@ def index_build_queue(kb: KnowledgeBase) -> IndexVersion:
     return version
 
 
-def _start_version(kb: KnowledgeBase) -> IndexVersion:
+def _refuse_if_building(kb: KnowledgeBase) -> None:
+    """One build per knowledge base: builds whose worker died are failed first, a live one refuses."""
     _fail_abandoned_builds(kb)
     if kb.versions.filter(status=IndexVersion.Status.BUILDING).exists():
         raise ServiceError("index_build_running", f"A build of {kb.slug} is already running.", status=409)
+
+
+def _start_version(kb: KnowledgeBase) -> IndexVersion:
+    _refuse_if_building(kb)
     return IndexVersion.objects.create(kb=kb, name=_new_version_name(), model_id=get_engine().embedder.model_id)
 
 
@@ -170,9 +175,7 @@ def index_build(kb: KnowledgeBase, *, progress=None, activate: bool = True,
     """
     started = time.perf_counter()
     if version is None:
-        _fail_abandoned_builds(kb)
-        if kb.versions.filter(status=IndexVersion.Status.BUILDING).exists():
-            raise ServiceError("index_build_running", f"A build of {kb.slug} is already running.", status=409)
+        _refuse_if_building(kb)
     elif version.status != IndexVersion.Status.BUILDING or version.kb_id != kb.pk:
         raise ServiceError("version_not_building", f"Version {version.name} is {version.status}.", status=409)
     try:
