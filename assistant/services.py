@@ -100,7 +100,17 @@ def web_chat_stream(*, question, kb: str | None = None, exclude=(), cancelled=la
             elif isinstance(event, FinalEvent):
                 yield {"type": "final", **chat_as_dict(event.outcome)}
     except ServiceError as exc:
-        yield {"type": "error", **exc.as_dict()}
+        yield error_frame(exc)
+
+
+def error_frame(exc: ServiceError) -> dict:
+    """Return the `error` event of a refusal: its code and message, and `retry_after` in seconds wherever HTTP
+    would send a Retry-After header (503 `index_building`), so the page waits as an HTTP client would."""
+    frame = {"type": "error", **exc.as_dict()}
+    retry_after = str(exc.headers.get("Retry-After", ""))
+    if retry_after.isdigit():
+        frame["retry_after"] = int(retry_after)
+    return frame
 
 
 def chat_as_dict(outcome: AnswerOutcome) -> dict:

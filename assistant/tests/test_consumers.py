@@ -9,9 +9,10 @@ from channels.testing import WebsocketCommunicator
 from django.core.cache import cache
 
 from assistant.consumers import ChatConsumer
-from rag.models import RequestRecord
+from rag.models import IndexVersion, RequestRecord
 from rag.pipeline import reset_engine
-from rag.tests.conftest import make_built_kb
+from rag.services.knowledge import BUILDING_RETRY_AFTER
+from rag.tests.conftest import make_built_kb, make_kb
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
@@ -86,6 +87,24 @@ async def test_bad_input_gets_an_error_frame_and_the_socket_stays_open(kb):
 
     assert (error["type"], error["code"]) == ("error", "invalid_question")
     assert events[-1]["type"] == "final"
+
+
+async def test_a_question_while_the_first_index_builds_gets_retry_after_like_the_http_503(corpus_copy, client):
+    kb = await sync_to_async(make_kb)(corpus_copy)
+    await sync_to_async(IndexVersion.objects.create)(kb=kb, name="first", model_id="m", progress_done=41,
+                                                     progress_total=100)
+    communicator = WebsocketCommunicator(ChatConsumer.as_asgi(), "/ws/chat")
+    await communicator.connect()
+
+    await communicator.send_json_to({"question": "PerspectiveCamera fov", "kb": "sdk"})
+    error = await communicator.receive_json_from(timeout=10)
+    await communicator.disconnect()
+    response = await sync_to_async(client.post)("/api/chat", {"question": "PerspectiveCamera fov", "kb": "sdk"},
+                                                content_type="application/json")
+
+    assert (error["type"], error["code"]) == ("error", "index_building") and "41%" in error["message"]
+    assert error["retry_after"] == BUILDING_RETRY_AFTER == int(response["Retry-After"])
+    assert response.status_code == 503
 
 
 async def test_closing_the_socket_mid_answer_stops_the_model_stream(kb, settings, llm_server):
