@@ -12,6 +12,7 @@ from django.conf import settings
 
 from rag.engine.embed import LocalE5Embedder, OpenAIEmbedder, QueryVectorCache
 from rag.engine.breaker import CircuitBreaker
+from rag.engine.constrained import ConstrainedChooser, provider_of
 from rag.engine.generate import ExtractiveGenerator, Generator, LlmGenerator
 from rag.engine.llm import ChatClient
 from rag.engine.index import IndexStore, VersionReader
@@ -38,6 +39,7 @@ class Engine:
     rerankers: dict = field(default_factory=dict)  # every backend configured: "api", "llm" -> Reranker
     rerank_candidates: int = RERANK_CANDIDATES
     rewriter: QueryRewriter | None = None  # RAG_QUERY_REWRITE with a generation model; None: off
+    chooser: ConstrainedChooser | None = None  # constrained generation (CG_RAG) with a generation model; None: off
 
     def reader(self, kb: str, version: str) -> VersionReader:
         key = (kb, version)
@@ -180,6 +182,17 @@ def make_rewriter() -> QueryRewriter | None:
     return QueryRewriter(client=client, breaker=make_breaker(f"{breaker_key()}:rewrite"))
 
 
+def make_chooser() -> ConstrainedChooser | None:
+    """Return the constrained-generation chooser when a generation model is configured."""
+    config = settings.RAG_ENGINE
+    client = make_chat_client()
+    if client is None:
+        return None
+    return ConstrainedChooser(client=replace(client, temperature=0.0),
+                              provider=provider_of(client.base_url, client.model, config["GENERATION_PROVIDER"]),
+                              thinking=config["GENERATION_THINKING"], breaker=make_breaker(f"{breaker_key()}:choose"))
+
+
 def get_engine() -> Engine:
     """Return this process's engine, built on first use."""
     global _engine
@@ -204,6 +217,7 @@ def get_engine() -> Engine:
                     rerankers=rerankers,
                     rerank_candidates=config["RERANK_CANDIDATES"],
                     rewriter=make_rewriter(),
+                    chooser=make_chooser(),
                 )
     return _engine
 

@@ -56,6 +56,29 @@ def env_list(name: str, *, default: list[str]) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
+def env_choice(name: str, choices: tuple[str, ...], *, default: str) -> str:
+    value = os.environ.get(name, default).strip().lower()
+    if value not in choices:
+        raise ImproperlyConfigured(f"{name} must be one of {', '.join(repr(c) for c in choices)}, got {value!r}")
+    return value
+
+
+def env_map(name: str, *, default: dict[str, str]) -> dict[str, str]:
+    """`a=x,b=y` as {"a": "x", "b": "y"}; an item without `=` raises."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return dict(default)
+    pairs = {}
+    for item in (part.strip() for part in raw.split(",")):
+        if not item:
+            continue
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise ImproperlyConfigured(f"{name} must be name=value pairs separated by commas, got {item!r}")
+        pairs[key.strip()] = value.strip()
+    return pairs
+
+
 def env_secret(name: str) -> str:
     """Return a secret from NAME, or from the file named by NAME_FILE; "" when neither is set."""
     value = os.environ.get(name, "")

@@ -23,6 +23,13 @@ def reply_text(text: str) -> str:
     return FENCE_RE.sub("", THINK_RE.sub("", text).strip()).strip()
 
 
+@dataclass(frozen=True, slots=True)
+class Completion:
+    text: str
+    reasoning: str
+    usage: Usage
+
+
 class GenerationError(Exception):
     """The model could not give a usable answer: timeout, HTTP error or malformed output."""
 
@@ -64,9 +71,9 @@ class ChatClient:
     max_tokens: int = 1024
     seed: int | None = None  # for repeatable output where the provider takes one (the judge)
 
-    def _request(self, messages: list[dict], *, stream: bool):
+    def _request(self, messages: list[dict], *, stream: bool, extra: dict | None = None):
         payload = {"model": self.model, "messages": messages, "temperature": self.temperature,
-                   "max_tokens": self.max_tokens, "stream": stream}
+                   "max_tokens": self.max_tokens, "stream": stream, **(extra or {})}
         if stream:
             payload["stream_options"] = {"include_usage": True}
         if self.seed is not None:
@@ -76,12 +83,20 @@ class ChatClient:
 
     def complete(self, messages: list[dict]) -> tuple[str, Usage]:
         """Return the whole answer and its token usage."""
+        completion = self.complete_full(messages)
+        return completion.text, completion.usage
+
+    def complete_full(self, messages: list[dict], *, extra: dict | None = None) -> Completion:
+        """Return the whole answer, the provider's separate reasoning text (DeepSeek's `reasoning_content`;
+        "" when none) and the usage. `extra` adds request fields (`response_format`, thinking switches)."""
         import requests
 
-        response = self._request(messages, stream=False)
+        response = self._request(messages, stream=False, extra=extra)
         try:
             body = response.json()
-            text = body["choices"][0]["message"]["content"]
+            message = body["choices"][0]["message"]
+            text = message["content"]
+            reasoning = message.get("reasoning_content") or ""
             usage = body.get("usage") or {}
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             raise GenerationError("malformed", "the generation model returned a malformed body") from exc
@@ -89,16 +104,19 @@ class ChatClient:
             raise GenerationError("timeout", "the generation model stopped mid-answer") from exc
         if not isinstance(text, str):
             raise GenerationError("malformed", "the generation model returned no text")
-        return text, Usage(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0))
+        return Completion(text, reasoning if isinstance(reasoning, str) else "",
+                          Usage(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)))
 
-    def stream(self, messages: list[dict], usage_out: list | None = None) -> Iterator[str]:
-        """Yield text deltas as the model writes them (server-sent events); append the Usage to usage_out.
+    def stream(self, messages: list[dict], usage_out: list | None = None, *, extra: dict | None = None,
+               reasoning_out: list | None = None) -> Iterator[str]:
+        """Yield text deltas as the model writes them (server-sent events); append the Usage to usage_out and
+        reasoning deltas (DeepSeek's `reasoning_content`) to reasoning_out.
 
         Closing the generator (a client that went away) closes the HTTP response, which stops the model.
         """
         import requests
 
-        response = self._request(messages, stream=True)
+        response = self._request(messages, stream=True, extra=extra)
         usage = Usage()
         received = False
         try:
@@ -118,6 +136,9 @@ class ChatClient:
                     usage = Usage(int(event["usage"].get("prompt_tokens") or 0),
                                   int(event["usage"].get("completion_tokens") or 0))
                 for choice in event.get("choices") or []:
+                    thought = (choice.get("delta") or {}).get("reasoning_content")
+                    if thought and reasoning_out is not None:
+                        reasoning_out.append(thought)
                     delta = (choice.get("delta") or {}).get("content")
                     if delta:
                         received = True

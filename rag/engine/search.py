@@ -49,11 +49,13 @@ class Searcher:
         self.bm25 = Bm25Retriever(self.reader, depth=self.depth)
 
     def run(self, question: str, *, mode: str = "hybrid", top_k: int | None = None, exclude=(),
-            rerank: bool | Reranker | None = None, rewrite: bool | QueryRewriter | None = None) -> SearchResult:
+            rerank: bool | Reranker | None = None, rewrite: bool | QueryRewriter | None = None,
+            fused_depth: int | None = None) -> SearchResult:
         """Find the chunks to answer a question from, and record how each stage found them and how long it took.
 
         `rerank` and `rewrite` choose for this call: None or True runs the configured component (if any),
-        False none, and a component runs that one."""
+        False none, and a component runs that one. `fused_depth` keeps more fused candidates than `depth`
+        in the result (a face that lists up to 200 candidates)."""
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
         started = time.perf_counter()
@@ -106,7 +108,7 @@ class Searcher:
         with _timed(timings, "fuse"):
             fused = [(reader.index_of(chunk_id), score) for chunk_id, score in rrf_fuse(rankings)]
             fused_hits = tuple(Hit(chunk=reader.chunks[i], score=s, source="rrf", rank=n)
-                               for n, (i, s) in enumerate(fused[:self.depth], start=1))
+                               for n, (i, s) in enumerate(fused[:max(self.depth, fused_depth or 0)], start=1))
         excluded = {reader.index_of(c) for c in exclude} - {None}
 
         reranker, rerank_error = _chosen(self.reranker, rerank, "rerank")

@@ -13,22 +13,27 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import ContextManager, Literal, Protocol, overload
 
 from django.conf import settings
 
 from rag import live
+from rag.engine.constrained import Candidate, Choice, ChoiceError, answer_pieces
 from rag.engine.generate import answer_without_model
 from rag.engine.search import MODES
-from rag.engine.types import Answer, SearchResult, Token
+from rag.engine.types import Answer, Citation, Hit, SearchResult, Token, Usage
 from rag.errors import ServiceError
 from rag.models import Channel, IndexVersion, RequestRecord
 from rag.pipeline import get_engine
+from rag.retrieval_cache import retrieval_cache
 from rag.services.knowledge import BUILDING_RETRY_AFTER, aliases_for, building_message, index_building, kb_get_current
+from rag.services.profiles import Profile, profile_of
 from rag.services.records import MAX_KB_CHARS, MAX_QUESTION_CHARS, new_request_id, request_record_write
 
 MAX_TOP_K = 50
+MAX_CANDIDATES = 200  # ranked candidates a face may list beside the adopted evidence (CG_RAG's topk)
+MAX_CHOICES = 20  # candidates constrained generation may choose (CG_RAG's max_items)
 MAX_EXCLUDE = 100
 MAX_CHUNK_ID_CHARS = 64
 Kind = RequestRecord.Kind
@@ -55,6 +60,13 @@ class TokenReservation(Protocol):
         """Report what the answer really cost."""
 
 
+class CapacityGate(Protocol):
+    """A face's concurrency limits (rag.capacity), held around the engine's search and the model's call."""
+
+    def hold(self, resource: str) -> ContextManager[None]:
+        """Hold a slot of "retrieval" or "generation", or raise a ServiceError (429) after waiting."""
+
+
 class TokenMeter(Protocol):
     """A face's token budget (the web's daily pool), entered only around a real model call."""
 
@@ -76,8 +88,11 @@ class QuestionRequest:
     version: str | None = None  # a named ready version (eval runs, replay); None: the active one
     rerank: object = None  # True/False: rerank this question or not; None: as configured (RAG_RERANK_*)
     rewrite: object = None  # True/False: search the model's keyword rewrite too or not; None: as configured
+    candidates: object = None  # also list up to this many ranked candidates (SearchOutcome.candidates); None: none
+    cache: bool = False  # reuse an identical search's outcome from the retrieval cache (rag.retrieval_cache)
     caller: Caller = field(default_factory=Caller)
     meter: TokenMeter | None = None
+    capacity: CapacityGate | None = None
     record: bool = True  # False only for batch use that asks not to be recorded (`rag search - --no-record`)
 
 
@@ -90,6 +105,25 @@ class SearchOutcome:
     built_at: str | None  # when that version was built (ISO 8601): which docs the reader saw
     result: SearchResult
     latency_ms: float = 0.0
+    candidates: tuple[Hit, ...] = ()  # the adopted hits, then the next ranked ones (QuestionRequest.candidates)
+    profile: Profile | None = None  # what served the search (its fingerprint)
+    cached: SearchOutcome | None = None  # on a cache hit: the outcome as it was first computed
+
+
+@dataclass(frozen=True, slots=True)
+class ChoiceOutcome:
+    """Constrained generation's outcome: the candidates offered, and the model's choice or why there is none."""
+
+    request_id: str
+    question: str
+    candidates: tuple[Candidate, ...]
+    search: SearchOutcome | None  # the search that found the candidates; None when the caller gave them
+    choice: Choice | None
+    error: ServiceError | None  # generation_not_configured, generation_response_invalid, no_stable_article, …
+    generate_ms: float = 0.0
+    latency_ms: float = 0.0
+    raw: str = ""  # the model's reply as received, also when it was unusable
+    usage: Usage = field(default_factory=Usage)  # what the model call cost, also when it failed
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +156,18 @@ class FinalEvent:
     outcome: AnswerOutcome
 
 
+@dataclass(frozen=True, slots=True)
+class GenerationEvent:
+    """The candidates are found; the model is choosing among them next."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChoiceEvent:
+    outcome: ChoiceOutcome
+
+
 AnswerEvent = RetrievalEvent | TokenEvent | FinalEvent
+ChoiceStreamEvent = RetrievalEvent | GenerationEvent | TokenEvent | ChoiceEvent
 
 
 # -- the two questions ----------------------------------------------------------------------------------
@@ -218,6 +263,113 @@ def question_refused(request: QuestionRequest, *, kind: str, error: ServiceError
         call.fail(error)
 
 
+# -- constrained generation (CG_RAG) ---------------------------------------------------------------------
+
+NOT_CONFIGURED = ServiceError("generation_not_configured", "检索服务生成接口未配置，请检查服务配置。")
+NO_STABLE_ARTICLE = ServiceError("no_stable_article", "当前在线候选中未稳定选出明确条文。")
+RESPONSE_INVALID = ServiceError("generation_response_invalid", "生成接口返回的结果无法解析为有效的候选编号。")
+UNAVAILABLE = ServiceError("generation_unavailable", "生成接口暂时不可用（超时或上游错误），请稍后重试。")
+
+
+def question_choose(request: QuestionRequest, *, candidates: list[Candidate] | None = None, max_items: int = 10,
+                    thinking: bool | None = None) -> ChoiceOutcome:
+    """Constrained generation: the model chooses up to `max_items` of the candidates. Without `candidates`,
+    search first and offer the search's candidates (CG_RAG's /rag). One record either way."""
+    outcome = None
+    for event in question_choose_stream(request, candidates=candidates, max_items=max_items, thinking=thinking):
+        if isinstance(event, ChoiceEvent):
+            outcome = event.outcome
+    return outcome
+
+
+def question_choose_stream(request: QuestionRequest, *, candidates: list[Candidate] | None = None,
+                           max_items: int = 10, thinking: bool | None = None, token_delay: float = 0.0,
+                           cancelled: Callable[[], bool] = lambda: False) -> Iterator[ChoiceStreamEvent]:
+    """`question_choose` as events: RetrievalEvent (when it searched), GenerationEvent, the answer text as
+    TokenEvents (`token_delay` seconds apart), then ChoiceEvent. The model's reply is read as it is written,
+    so a reader that leaves (`cancelled()`) hangs up on it; the request is then recorded as cancelled.
+
+    A choice that cannot be made is not an exception: the outcome says why (`error`), and the model is not
+    asked when nothing is configured or there is no candidate. Capacity and validation failures raise."""
+    with _Call(request, Kind.CHAT) as call:
+        if type(max_items) is not int or not 1 <= max_items <= MAX_CHOICES:
+            raise ServiceError("invalid_max_items", f"max_items must be an integer from 1 to {MAX_CHOICES}.")
+        search = None
+        if candidates is None:
+            search = call.search()
+            yield RetrievalEvent(search)
+            candidates = [candidate_of(hit) for hit in (search.candidates or search.result.hits)]
+        else:
+            _validated_question(request.question)
+        yield GenerationEvent()
+        started = time.perf_counter()
+        chooser = get_engine().chooser
+        choice, error, raw, usage = None, None, "", Usage()
+        if not candidates:
+            error = NO_STABLE_ARTICLE
+        elif chooser is None:
+            error = NOT_CONFIGURED
+        else:
+            with _held(request, "generation"):
+                try:
+                    choice = chooser.run(request.question.strip(), candidates, max_items=max_items,
+                                         thinking=thinking, stream=True, cancelled=cancelled)
+                except ChoiceError as exc:
+                    if exc.kind == "cancelled":
+                        call.fail(CANCELLED)
+                        return
+                    error = RESPONSE_INVALID if exc.kind in ("invalid", "malformed") else UNAVAILABLE
+                    raw, usage = exc.raw, exc.usage
+            if choice is not None:
+                raw, usage = choice.raw, choice.usage
+            if choice is not None and not choice.indices:
+                error = NO_STABLE_ARTICLE
+        if choice is not None and error is None:
+            for piece in answer_pieces(choice.answer_text):
+                if cancelled():
+                    call.fail(CANCELLED)
+                    return
+                yield TokenEvent(piece)
+                if token_delay:
+                    time.sleep(token_delay)
+        generate_ms = round((time.perf_counter() - started) * 1000, 3)
+        outcome = ChoiceOutcome(request_id=call.request_id, question=request.question, candidates=tuple(candidates),
+                                search=search, choice=choice, error=error, generate_ms=generate_ms,
+                                latency_ms=round(call.elapsed_ms(), 3), raw=raw, usage=usage)
+        call.record(result=search.result if search else None, answer=_choice_answer(outcome),
+                    generate_ms=generate_ms)
+        yield ChoiceEvent(outcome)
+
+
+def candidate_of(hit: Hit) -> Candidate:
+    """A chunk as a constrained-generation candidate: the page title, the heading path (or member), the text."""
+    chunk = hit.chunk
+    article = " > ".join(chunk.heading_path[1:]) or chunk.member or chunk.title
+    return Candidate(title=chunk.title, article=article, text=chunk.text, chunk_id=chunk.chunk_id, source=chunk.source)
+
+
+def _choice_answer(outcome: ChoiceOutcome) -> Answer:
+    """The record's answer: the chosen candidates as citations; a choice that could not be made is empty
+    (no candidate) or degraded (no model, or an unusable reply), with the reason."""
+    choice, error, usage = outcome.choice, outcome.error, outcome.usage
+    if error is not None:
+        mode = "empty" if error is NO_STABLE_ARTICLE else "constrained"
+        return Answer(text="", citations=(), confidence="none", mode=mode, degraded=error is not NO_STABLE_ARTICLE,
+                      reason=error.code, usage=usage, model_called=error in (RESPONSE_INVALID, UNAVAILABLE))
+    cited = tuple(Citation(number=n, chunk_id=outcome.candidates[n - 1].chunk_id,
+                           source=outcome.candidates[n - 1].source or outcome.candidates[n - 1].title,
+                           heading_path=(outcome.candidates[n - 1].article,)) for n in choice.indices)
+    return Answer(text=choice.answer_text, citations=cited, confidence="none", mode="constrained", usage=usage,
+                  model_called=True)
+
+
+def question_call(request: QuestionRequest, kind: str = Kind.CHAT) -> _Call:
+    """One request of a face whose model call is its own (CG_RAG's vision routes): a context manager that
+    counts it in flight and records it once; `call.search()` searches as every face does, `call.record(...)`
+    records the outcome, and a failure that escapes is recorded with its code."""
+    return _Call(request, kind)
+
+
 # -- one request on its way through -----------------------------------------------------------------------
 
 
@@ -264,14 +416,28 @@ class _Call:
         request = self.request
         question, top_k, mode, exclude = _validated(request)
         knowledge_base = kb_get_current(self.kb)
-        row = _version_of(knowledge_base, request.version)
+        row = version_of(knowledge_base, request.version)
+        profile = profile_of(knowledge_base.slug, row) if request.cache else None
+        key = (knowledge_base.slug, row.name, profile.id, question.strip(), top_k, request.candidates, mode,
+               exclude, request.rerank, request.rewrite) if profile is not None else None
+        cached = retrieval_cache().get(key) if key is not None else None
+        if cached is not None:
+            self.result = cached.result
+            return replace(cached, request_id=self.request_id, question=question,
+                           latency_ms=round(self.elapsed_ms(), 3), cached=cached)
         engine = get_engine()
         searcher = engine.searcher(knowledge_base.slug, row.name, aliases_for(knowledge_base))
-        result = self.result = searcher.run(question, mode=mode, top_k=top_k, exclude=exclude,
-                                            rerank=request.rerank, rewrite=request.rewrite)
-        return SearchOutcome(request_id=self.request_id, question=question, kb=knowledge_base.slug, version=row.name,
-                             built_at=row.built_at.isoformat() if row.built_at else None, result=result,
-                             latency_ms=round(self.elapsed_ms(), 3))
+        with _held(request, "retrieval"):
+            result = self.result = searcher.run(question, mode=mode, top_k=top_k, exclude=exclude,
+                                                rerank=request.rerank, rewrite=request.rewrite,
+                                                fused_depth=request.candidates)
+        outcome = SearchOutcome(request_id=self.request_id, question=question, kb=knowledge_base.slug, version=row.name,
+                                built_at=row.built_at.isoformat() if row.built_at else None, result=result,
+                                latency_ms=round(self.elapsed_ms(), 3),
+                                candidates=_candidates(result, request.candidates), profile=profile)
+        if key is not None:
+            retrieval_cache().put(key, outcome)
+        return outcome
 
     def answered(self, search: SearchOutcome, answer: Answer, generate_started: float) -> AnswerOutcome:
         generate_ms = round((time.perf_counter() - generate_started) * 1000, 3)
@@ -296,20 +462,46 @@ class _Call:
         self.record(result=self.result, error=error)
 
 
+def _held(request: QuestionRequest, resource: str) -> ContextManager[None]:
+    return request.capacity.hold(resource) if request.capacity is not None else contextlib.nullcontext()
+
+
+def _candidates(result: SearchResult, count: int | None) -> tuple[Hit, ...]:
+    """The adopted hits, then the reranked and fused order after them, each chunk once, excluded ones left out."""
+    if not count:
+        return ()
+    excluded = set(result.excluded)
+    ranked: dict[str, Hit] = {}
+    for hit in (*result.hits, *result.reranked, *result.fused):
+        chunk_id = hit.chunk.chunk_id
+        if chunk_id not in ranked and chunk_id not in excluded:
+            ranked[chunk_id] = hit
+            if len(ranked) == count:
+                break
+    return tuple(ranked.values())
+
+
 def _options(request: QuestionRequest) -> dict:
     """The request options a face set (top_k, mode, rerank, rewrite), as asked: recorded so a replay asks the same."""
     options = {"top_k": request.top_k, "mode": None if request.mode == "hybrid" else request.mode,
-               "rerank": request.rerank, "rewrite": request.rewrite}
+               "rerank": request.rerank, "rewrite": request.rewrite, "candidates": request.candidates}
     return {name: value for name, value in options.items() if value is not None}
 
 
-def _validated(request: QuestionRequest) -> tuple[str, int | None, str, tuple[str, ...]]:
-    """Check a request's values; raise a ServiceError with a stable code for the first bad one."""
-    question, top_k, mode, exclude = request.question, request.top_k, request.mode, request.exclude
+def _validated_question(question) -> str:
     if not isinstance(question, str) or not question.strip() or "\x00" in question:
         raise ServiceError("invalid_question", "The question must be a non-empty string (without NUL characters).")
     if len(question) > MAX_QUESTION_CHARS:
         raise ServiceError("question_too_long", f"The question is longer than {MAX_QUESTION_CHARS} characters.")
+    return question
+
+
+def _validated(request: QuestionRequest) -> tuple[str, int | None, str, tuple[str, ...]]:
+    """Check a request's values; raise a ServiceError with a stable code for the first bad one."""
+    question, top_k, mode, exclude = _validated_question(request.question), request.top_k, request.mode, request.exclude
+    candidates = request.candidates
+    if candidates is not None and (type(candidates) is not int or not 1 <= candidates <= MAX_CANDIDATES):
+        raise ServiceError("invalid_candidates", f"candidates must be an integer from 1 to {MAX_CANDIDATES}.")
     kb = request.kb
     if kb is not None and (not isinstance(kb, str) or not kb or len(kb) > MAX_KB_CHARS):
         raise ServiceError("invalid_kb", "kb must be the slug of a knowledge base.")
@@ -328,7 +520,8 @@ def _validated(request: QuestionRequest) -> tuple[str, int | None, str, tuple[st
     return question, top_k, mode, tuple(exclude)
 
 
-def _version_of(knowledge_base, name: str | None) -> IndexVersion:
+def version_of(knowledge_base, name: str | None) -> IndexVersion:
+    """The named ready version, else the active one; raise version_not_found, index_building or no_active_version."""
     if name:
         row = knowledge_base.versions.filter(name=name, status=IndexVersion.Status.READY).first()
         if row is None:
