@@ -4,5 +4,4 @@ from rag import views
 
 urlpatterns = [
     path("search", views.home, name="search"),
-    path("healthz", views.healthz, name="healthz"),
 ]

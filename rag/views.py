@@ -1,6 +1,4 @@
 from django.conf import settings
-from django.db import connection
-from django.http import JsonResponse
 from django.shortcuts import render
 from django.views.decorators.csrf import ensure_csrf_cookie
 
@@ -26,10 +24,3 @@ def home(request):
         except ServiceError as exc:
             context["error"] = exc
     return render(request, "home.html", context)
-
-
-def healthz(request):
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT 1")
-    ready = KnowledgeBase.objects.filter(active_version__isnull=False).count()
-    return JsonResponse({"ok": True, "knowledge_bases_ready": ready})

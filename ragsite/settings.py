@@ -10,7 +10,7 @@ from pathlib import Path
 import dj_database_url
 from celery.schedules import crontab
 
-from .env import env_bool, env_float, env_int, env_list, env_secret, env_str, local_secret_key
+from .env import env_bool, env_choice, env_float, env_int, env_list, env_map, env_secret, env_str, local_secret_key
 
 # Keep numpy's BLAS to one thread so it does not compete with the embedder's threads on small machines.
 for _name in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -42,6 +42,7 @@ INSTALLED_APPS = [
     "apikeys",
     "evaluation",
     "opsboard",
+    "cgrag",
 ]
 
 MIDDLEWARE = [
@@ -165,6 +166,9 @@ RAG_ENGINE = {
     "GENERATION_CONNECT_TIMEOUT": env_int("RAG_GENERATION_CONNECT_TIMEOUT", default=5, minimum=1),
     "GENERATION_READ_TIMEOUT": env_int("RAG_GENERATION_READ_TIMEOUT", default=60, minimum=1),
     "GENERATION_MAX_TOKENS": env_int("RAG_GENERATION_MAX_TOKENS", default=1024, minimum=16),
+    # "deepseek" or "openai" (any other OpenAI-compatible server); "": from the base URL's host or the model name.
+    "GENERATION_PROVIDER": env_choice("RAG_GENERATION_PROVIDER", ("", "deepseek", "openai"), default=""),
+    "GENERATION_THINKING": env_bool("RAG_GENERATION_THINKING", default=False),  # constrained generation's default
     "BREAKER_THRESHOLD": env_int("RAG_BREAKER_THRESHOLD", default=3, minimum=1),
     "BREAKER_COOLDOWN": env_int("RAG_BREAKER_COOLDOWN", default=30, minimum=1),
     # Rerank (E11): a Jina/Cohere/DashScope-style `/rerank` API when a base URL is set, else optionally the
@@ -223,6 +227,50 @@ RAG_ALERTS = {
     "TOKEN_POOL_REMAINING": env_float("RAG_ALERT_TOKEN_POOL_REMAINING", default=0.1, minimum=0),
     "WEBHOOK_URL": env_secret("RAG_ALERT_WEBHOOK_URL"),  # may carry a token: treated as a secret
 }
+# Capacity limiters (rag/capacity.py): requests of a face that promises bounded concurrency (CG_RAG) wait up to
+# WAIT_TIMEOUT seconds for one of these slots, shared by the processes of this machine, or through Redis when
+# REDIS_URL is set; then 429 capacity.exceeded.
+RAG_CAPACITY = {
+    "RETRIEVAL_MAX_CONCURRENT": env_int("RAG_CAPACITY_RETRIEVAL_MAX", default=16, minimum=1),
+    "GENERATION_MAX_CONCURRENT": env_int("RAG_CAPACITY_GENERATION_MAX", default=16, minimum=1),
+    "WAIT_TIMEOUT": env_float("RAG_CAPACITY_WAIT_TIMEOUT", default=5.0, minimum=0),
+    "SHARED_BY": "redis" if REDIS_URL else "machine",
+}
+# The question service's retrieval cache (a face opts in: CG_RAG's retrieve-rerank), per process.
+RAG_RETRIEVAL_CACHE = {
+    "TTL_SECONDS": env_float("RAG_RETRIEVAL_CACHE_TTL", default=300.0, minimum=0),
+    "MAX_ENTRIES": env_int("RAG_RETRIEVAL_CACHE_MAX_ENTRIES", default=128, minimum=0),
+}
+# The CG_RAG API (cgrag/, seed 004): scopes are knowledge bases; SCOPE_ALIASES maps the seed's scope names
+# (full, usual, usual_plus_law) or any other name to a knowledge base slug.
+RAG_CGRAG = {
+    "DEFAULT_SCOPE": env_str("RAG_CGRAG_DEFAULT_SCOPE", default=""),  # "": RAG_DEFAULT_KB
+    "SCOPE_ALIASES": env_map("RAG_CGRAG_SCOPE_ALIASES", default={}),
+    "DEFAULT_TOPK": env_int("RAG_CGRAG_DEFAULT_TOPK", default=78, minimum=1),
+    "DEFAULT_MAX_ITEMS": env_int("RAG_CGRAG_DEFAULT_MAX_ITEMS", default=10, minimum=1),
+    "STREAM_TOKEN_DELAY": env_float("RAG_CGRAG_STREAM_TOKEN_DELAY", default=0.025, minimum=0),  # seconds
+}
+
+# CG_RAG's vision routes (cgrag/vision.py): an OpenAI-compatible multimodal chat model. The seed's CG_RAG_VISION_*
+# names win over our RAG_VISION_* ones; without a base URL and model the routes answer 503 vision_not_configured.
+def _vision(name: str) -> str:
+    return f"CG_RAG_VISION_{name}" if f"CG_RAG_VISION_{name}" in os.environ else f"RAG_VISION_{name}"
+
+
+RAG_VISION = {
+    "BASE_URL": env_str(_vision("BASE_URL"), default=""),
+    "MODEL": env_str(_vision("MODEL"), default=""),
+    "API_KEY": env_secret(_vision("API_KEY")),
+    "TIMEOUT": env_float(_vision("TIMEOUT"), default=120.0, minimum=0.1),  # seconds per upstream call
+    "MAX_TOKENS": env_int(_vision("MAX_TOKENS"), default=4096, minimum=16),
+    "THINKING": env_bool(_vision("ENABLE_THINKING"), default=False),
+    "MAX_IMAGES": env_int(_vision("MAX_IMAGES"), default=4, minimum=1),
+    "MAX_IMAGE_BYTES": env_int(_vision("MAX_IMAGE_BYTES"), default=8 * 1024 * 1024, minimum=1),  # decoded
+    "LABELS": env_list(_vision("LABELS"), default=[]),  # observe's label set; []: the built-in one (cgrag/vision.py)
+    "AGENTIC_MAX_SEARCH_ROUNDS": env_int(_vision("AGENTIC_MAX_SEARCH_ROUNDS"), default=3, minimum=1),
+    "AGENTIC_RETRIEVAL_TOPK": env_int(_vision("AGENTIC_RETRIEVAL_TOPK"), default=12, minimum=1),
+}
+
 RAG_SLOW_REQUEST_MS = env_int("RAG_SLOW_REQUEST_MS", default=3000, minimum=1)  # "slow" on the realtime page
 
 LOGGING = {

@@ -37,12 +37,23 @@ from rag.errors import ServiceError
 logger = logging.getLogger(__name__)
 
 PATH = "/mcp"
+ALIASES = ("/cg-rag/mcp",)  # the same server where CG_RAG's health says it is (`mcp_path`)
 GAUGE_INTERVAL = 5  # seconds between publications of the open-session count
 REFUSED = -32001  # JSON-RPC server-defined error code for a request the gate refused
 
 
 def is_mcp_path(path: str) -> bool:
-    return path == PATH or path.startswith(PATH + "/")
+    return any(path == prefix or path.startswith(prefix + "/") for prefix in (PATH, *ALIASES))
+
+
+def _served_path(scope: dict) -> dict:
+    """The scope with an alias's path rewritten to PATH, where the SDK's app listens."""
+    path = scope["path"]
+    for alias in ALIASES:
+        if path == alias or path.startswith(alias + "/"):
+            path = PATH + path[len(alias):]
+            return {**scope, "path": path, "raw_path": path.encode("latin-1")}
+    return scope
 
 
 def _origin_allowed(origin: str, patterns: list[str]) -> bool:
@@ -180,7 +191,7 @@ class McpHttpApp:
                         tool=tool, arguments=arguments, error=exc)
                     await _send_refusal(send, exc, call.get("id"))
                     return
-        scope = {**scope, SCOPE_CALLER: caller}
+        scope = {**_served_path(scope), SCOPE_CALLER: caller}
         if key is not None:
             # The SDK binds a session to the credential that opened it: another key cannot use its id.
             scope["user"] = AuthenticatedUser(AccessToken(token=key.prefix, client_id=key.prefix, scopes=[]))

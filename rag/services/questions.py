@@ -305,8 +305,8 @@ def question_choose_stream(request: QuestionRequest, *, candidates: list[Candida
         started = time.perf_counter()
         chooser = get_engine().chooser
         choice, error, raw, usage = None, None, "", Usage()
-        if not candidates:
-            error = NO_STABLE_ARTICLE
+        if not candidates or (search is not None and not search.result.hits):
+            error = NO_STABLE_ARTICLE  # nothing to choose from, or the engine adopted nothing (not about the docs)
         elif chooser is None:
             error = NOT_CONFIGURED
         else:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-APPS = ("assistant", "apikeys", "evaluation", "opsboard")
+APPS = ("assistant", "apikeys", "evaluation", "opsboard", "cgrag")
 RAG_MODELS = {"KnowledgeBase", "Document", "IndexVersion", "ClassAlias", "RequestRecord"}
 WRITES = {"create", "update", "delete", "bulk_create", "bulk_update", "get_or_create", "update_or_create", "save"}
 

@@ -52,8 +52,10 @@ def test_healthz_reports_ok_and_ready_knowledge_bases(client, built_kb):
     response = client.get("/healthz")
 
     assert response.status_code == 200
-    assert response.json() == {"ok": True, "knowledge_bases_ready": 1}
+    body = response.json()
+    assert body["ok"] is True and body["knowledge_bases_ready"] == 1 and body["available_scopes"] == ["sdk"]
 
 
 def test_healthz_is_ok_before_any_build(client):
-    assert client.get("/healthz").json() == {"ok": True, "knowledge_bases_ready": 0}
+    body = client.get("/healthz").json()
+    assert body["ok"] is True and body["knowledge_bases_ready"] == 0 and body["retrieval_method"] == ""
