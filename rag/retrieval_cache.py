@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -24,11 +25,12 @@ class RetrievalCache:
     max_entries: int
     hits: int = 0
     misses: int = 0
+    clock: Callable[[], float] = time.monotonic  # seconds; a test passes its own
     _entries: OrderedDict = field(default_factory=OrderedDict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def get(self, key: tuple):
-        now = time.monotonic()
+        now = self.clock()
         with self._lock:
             entry = self._entries.get(key)
             if entry is None or entry[0] <= now:
@@ -44,14 +46,14 @@ class RetrievalCache:
         if self.max_entries <= 0 or self.ttl_seconds <= 0:
             return
         with self._lock:
-            self._entries[key] = (time.monotonic() + self.ttl_seconds, value)
+            self._entries[key] = (self.clock() + self.ttl_seconds, value)
             self._entries.move_to_end(key)
             while len(self._entries) > self.max_entries:
                 self._entries.popitem(last=False)
 
     def stats(self) -> dict:
         """`{entries, hits, misses, max_entries, ttl_seconds}` (seed 004's `retrieve_cache`)."""
-        now = time.monotonic()
+        now = self.clock()
         with self._lock:
             entries = sum(1 for expires, _ in self._entries.values() if expires > now)
         return {"entries": entries, "hits": self.hits, "misses": self.misses, "max_entries": self.max_entries,
