@@ -202,3 +202,24 @@ def test_every_curl_example_of_the_docs_works(llm_server):
             assert "error" not in body and body.get("ok", True) is not False, (page, script, body)
             if "retrieval" in body:  # rag: the model chose
                 assert body["generation"]["ok"] is True and body["retrieval"]["num_docs"] == 20, (page, body)
+
+
+def test_concurrent_generations_beyond_the_limit_get_429(served, llm_server):
+    from concurrent.futures import ThreadPoolExecutor
+
+    llm_server.delay = 1.5
+    llm_server.replies = [("slow", '{"indices": [1]}')] * 4
+    body = {"query": QUESTION, "retrieval_docs": [{"law_name": "Fog", "article_number": ".far", "contents": "far"}]}
+
+    def call(_):
+        with httpx2.Client(base_url=served, timeout=30) as http:
+            return http.post("/cg-rag/constrained-generate", json=body)
+
+    with ThreadPoolExecutor(4) as pool:
+        responses = list(pool.map(call, range(4)))
+    statuses = sorted(r.status_code for r in responses)
+    assert statuses == [200, 429, 429, 429], statuses
+    assert all(r.json()["error"]["details"]["resource"] == "generation" for r in responses if r.status_code == 429)
+    with httpx2.Client(base_url=served, timeout=30) as http:
+        generation = http.get("/cg-rag/health").json()["capacity"]["generation"]
+    assert generation["rejected"] == 3 and generation["peak"] == 1 and generation["active"] == 0
