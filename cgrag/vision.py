@@ -1,13 +1,45 @@
-"""CG_RAG's vision routes (seed 004's vision/*): placeholder until the vision upstream lands; every route
-answers 503 vision_not_configured."""
+"""CG_RAG's vision routes (seed 004's vision/*): screenshots of an SDK's errors, UIs and code, answered by the
+multimodal model in settings.RAG_VISION (rag/services/vision.py decides; these parse and shape).
+
+Body: `images` (1..MAX_IMAGES base64 strings, plain or `data:image/...;base64,`), `query` (optional, stripped),
+`include_debug` and `generation_enable_thinking` (JSON booleans), and for agentic `scope`. Checks in order:
+the body (400 `invalid_request`), the scope, the images (400 `invalid_image`, details `{index, reason}`),
+then the upstream (503 `vision_not_configured`). The model's failures are 502 `vision_upstream_error` or
+`vision_response_invalid`; in a stream, once the headers are sent, an `error` event and then `final`.
+"""
 
 from __future__ import annotations
 
-from django.conf import settings
+from collections.abc import Iterator
+from typing import Annotated
 from urllib.parse import urlsplit
 
-from cgrag.http import route
-from rag.errors import ServiceError
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
+from django.http import HttpRequest
+from pydantic import Field, StrictBool, StrictStr, StringConstraints
+
+from cgrag import scopes
+from cgrag.http import error_body, error_of, route, sse_response
+from cgrag.inputs import Body, Scope, parse
+from cgrag.views import doc_of
+from rag.services.records import MAX_QUESTION_CHARS
+from rag.services.vision import (AnswerReset, Outcome, Progress, Token, VisionAgentic, VisionAnswer, VisionAsk,
+                                 invalid_image, vision_agentic, vision_agentic_stream, vision_answer,
+                                 vision_answer_stream, vision_ask, vision_observe)
+
+OptionalQuery = Annotated[StrictStr, StringConstraints(strip_whitespace=True, max_length=MAX_QUESTION_CHARS)]
+
+
+class VisionInput(Body):
+    images: Annotated[list[StrictStr], Field(min_length=1)]
+    query: OptionalQuery | None = None
+    include_debug: StrictBool = False
+    generation_enable_thinking: StrictBool | None = None
+
+
+class AgenticInput(VisionInput):
+    scope: Scope | None = None
 
 
 def vision_health() -> dict:
@@ -20,13 +52,112 @@ def vision_health() -> dict:
             "agentic_retrieval_topk": config["AGENTIC_RETRIEVAL_TOPK"]}
 
 
-def _not_configured(request, request_id):
-    raise ServiceError("vision_not_configured", "视觉接口未配置多模态上游（CG_RAG_VISION_* 或 RAG_VISION_*）。",
-                       status=503)
+def _ask(request: HttpRequest, request_id: str, route_name: str, model=VisionInput) -> tuple[VisionAsk, VisionInput]:
+    try:
+        raw = request.body
+    except RequestDataTooBig:
+        raise invalid_image(None, "body_too_large", "The request body is larger than this server accepts.") from None
+    body = parse(model, raw)
+    slug = scopes.scope_slug(body.scope) if model is AgenticInput else None
+    ask = vision_ask(route=route_name, request_id=request_id, images=body.images, query=body.query or "",
+                     thinking=body.generation_enable_thinking, kb=slug)
+    if slug is not None:
+        scopes.scope_activate(body.scope)
+    return ask, body
 
 
-answer = route("POST")(_not_configured)
-answer_stream = route("POST")(_not_configured)
-observe = route("POST")(_not_configured)
-agentic = route("POST")(_not_configured)
-agentic_stream = route("POST")(_not_configured)
+# -- shapes ---------------------------------------------------------------------------------------------------
+
+
+def answer_of(outcome: VisionAnswer, request_id: str, *, include_debug: bool) -> dict:
+    return {"ok": True, "request_id": request_id, "generation_mode": "vision_answer", "answer_text": outcome.text,
+            "thinking": outcome.thinking if include_debug else "",
+            "generation_enable_thinking": outcome.thinking_enabled, "usage": outcome.usage.as_dict()}
+
+
+def agentic_of(outcome: VisionAgentic, request_id: str, *, include_debug: bool) -> dict:
+    body = {"ok": True, "request_id": request_id, "generation_mode": "vision_agentic", "answer_text": outcome.text,
+            "references": [doc_of(hit, n) for n, hit in enumerate(outcome.references, start=1)],
+            "rounds": [{"query": r.query, "num_docs": r.num_docs} for r in outcome.rounds],
+            "usage": outcome.usage.as_dict()}
+    if include_debug:
+        body["dropped_citations"] = list(outcome.dropped_citations)
+    return body
+
+
+def failed_of(mode: str, request_id: str, error: dict) -> dict:
+    """A stream's final body after an error: the route's fields, empty, and the error."""
+    body = {"ok": False, "request_id": request_id, "generation_mode": mode, "answer_text": "", "error": error,
+            "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}}
+    if mode == "vision_agentic":
+        body.update(references=[], rounds=[])
+    return body
+
+
+def _stream(request_id: str, events, mode: str, shape) -> Iterator[tuple[str, dict]]:
+    tag = {"request_id": request_id}
+    try:
+        for event in events:
+            if isinstance(event, Progress):
+                yield "progress", {"stage": event.stage, "label": event.label, "status": event.status, **tag}
+            elif isinstance(event, Token):
+                yield "token", {"channel": "answer", "text": event.text, **tag}
+            elif isinstance(event, AnswerReset):
+                yield "answer_reset", {"reason": event.reason, **tag}
+            elif isinstance(event, Outcome):
+                yield "final", shape(event.outcome)
+    except Exception as exc:  # noqa: BLE001 - after the headers, every failure is an error then a final frame
+        error = error_body(request_id, error_of(exc))["error"]
+        yield "error", {**error, **tag}
+        yield "final", failed_of(mode, request_id, error)
+    finally:
+        events.close()
+
+
+# -- the routes -----------------------------------------------------------------------------------------------
+
+
+@route("POST")
+def answer(request: HttpRequest, request_id: str) -> dict:
+    ask, body = _ask(request, request_id, "vision/answer")
+    return answer_of(vision_answer(ask), request_id, include_debug=body.include_debug)
+
+
+@route("POST")
+def answer_stream(request: HttpRequest, request_id: str):
+    ask, body = _ask(request, request_id, "vision/answer/stream")
+
+    def produce(cancelled):
+        return _stream(request_id, vision_answer_stream(ask, cancelled), "vision_answer",
+                       lambda outcome: answer_of(outcome, request_id, include_debug=body.include_debug))
+
+    return sse_response(request_id, produce)
+
+
+@route("POST")
+def observe(request: HttpRequest, request_id: str) -> dict:
+    ask, body = _ask(request, request_id, "vision/observe")
+    outcome = vision_observe(ask)
+    result = {"ok": True, "request_id": request_id, "labels": list(outcome.labels), "description": outcome.description,
+              "parse_status": outcome.parse_status, "dropped_labels": list(outcome.dropped_labels),
+              "usage": outcome.usage.as_dict()}
+    if body.include_debug:
+        result["raw"] = outcome.raw
+    return result
+
+
+@route("POST")
+def agentic(request: HttpRequest, request_id: str) -> dict:
+    ask, body = _ask(request, request_id, "vision/agentic", AgenticInput)
+    return agentic_of(vision_agentic(ask), request_id, include_debug=body.include_debug)
+
+
+@route("POST")
+def agentic_stream(request: HttpRequest, request_id: str):
+    ask, body = _ask(request, request_id, "vision/agentic/stream", AgenticInput)
+
+    def produce(cancelled):
+        return _stream(request_id, vision_agentic_stream(ask, cancelled), "vision_agentic",
+                       lambda outcome: agentic_of(outcome, request_id, include_debug=body.include_debug))
+
+    return sse_response(request_id, produce)

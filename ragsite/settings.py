@@ -271,6 +271,9 @@ RAG_VISION = {
     "AGENTIC_RETRIEVAL_TOPK": env_int(_vision("AGENTIC_RETRIEVAL_TOPK"), default=12, minimum=1),
 }
 
+# A request body may carry CG_RAG's vision images as base64 (4/3 of their bytes), plus 1 MiB for the rest.
+DATA_UPLOAD_MAX_MEMORY_SIZE = max(2_621_440, RAG_VISION["MAX_IMAGES"] * RAG_VISION["MAX_IMAGE_BYTES"] * 4 // 3 + 1_048_576)
+
 RAG_SLOW_REQUEST_MS = env_int("RAG_SLOW_REQUEST_MS", default=3000, minimum=1)  # "slow" on the realtime page
 
 LOGGING = {
