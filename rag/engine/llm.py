@@ -115,6 +115,7 @@ class ChatClient:
         Closing the generator (a client that went away) closes the HTTP response, which stops the model.
         """
         import requests
+        import urllib3
 
         response = self._request(messages, stream=True, extra=extra)
         usage = Usage()
@@ -145,6 +146,9 @@ class ChatClient:
                         yield delta
         except requests.RequestException as exc:
             raise GenerationError("timeout", "the generation model stopped mid-answer") from exc
+        except (urllib3.exceptions.HTTPError, OSError) as exc:  # the body read itself: a cut or a stalled stream
+            kind = "timeout" if isinstance(exc, (urllib3.exceptions.TimeoutError, TimeoutError)) else "connection"
+            raise GenerationError(kind, "the generation model's stream broke off mid-answer") from exc
         finally:
             response.close()
         if not received:
