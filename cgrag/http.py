@@ -103,7 +103,11 @@ def route(*methods: str):
 
 
 def sse_frame(event: str, data: dict) -> bytes:
-    return f"event: {event}\ndata: {JSON_DUMPS(data)}\n\n".encode()
+    text = f"event: {event}\ndata: {JSON_DUMPS(data)}\n\n"
+    try:
+        return text.encode()
+    except UnicodeEncodeError:  # a lone surrogate (half an emoji cut by the model's stream): escape it in JSON
+        return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
 
 
 _DONE = object()

@@ -450,3 +450,10 @@ def test_retrieve_answers_the_search_r1_batch_form(client, sdk_kb):
     assert set(plain["result"][0][0]) == {"id", "contents"}
     assert RequestRecord.objects.filter(channel=Channel.SEARCH_R1).count() == 3
     assert post(client, "/retrieve", {"queries": []}).status_code == 400
+
+
+def test_an_sse_frame_with_half_an_emoji_is_still_sent():
+    from cgrag.http import sse_frame
+
+    assert sse_frame("token", {"text": "ok \ud83d"}) == b'event: token\ndata: {"text": "ok \\ud83d"}\n\n'
+    assert sse_frame("token", {"text": "好"}) == 'event: token\ndata: {"text": "好"}\n\n'.encode()
