@@ -20,6 +20,20 @@ from .types import Plan
 # Asking how to construct or configure a new instance points at the constructor (`### ClassName(...)`).
 CONSTRUCTOR_RE = re.compile(r"构造|创建|新建|实例化|\bnew\b|constructor|instantiat|\bcreat", re.IGNORECASE)
 TOKEN_RE = re.compile(r"\.?[A-Za-z_$][A-Za-z0-9_$]*(?:\.[A-Za-z_$][A-Za-z0-9_$]*)*(?:\s*\(\s*\))?")
+WORD_RE = re.compile(r"[A-Za-z0-9_$]+")
+# At most this many words besides stopwords make an English question terse, typed like a search-box query
+# ("reindex", "What does reindex print?", "fog near far"): its words are names rather than prose.
+TERSE_WORDS = 3
+
+
+def is_terse(question: str) -> bool:
+    """Tell a question typed as keywords (at most TERSE_WORDS words besides stopwords) from prose.
+
+    In prose, a lowercase word that happens to name a member (`color`, `position`, `reindex`) is usually plain
+    English, so only camelCase or explicitly written members count there; in a question of a few words each
+    word is chosen, so a word that is exactly a member's name is read as that member, as in Chinese text.
+    """
+    return len([w for w in WORD_RE.findall(question) if w.lower() not in STOPWORDS]) <= TERSE_WORDS
 
 
 def typo_budget(length: int) -> int:
@@ -78,6 +92,7 @@ class Planner:
             return Plan(question=question, corrected_question=question, kind="chitchat",
                         reason="small talk, not a question about this documentation")
         is_chinese = HAN_RE.search(question) is not None
+        terse = not is_chinese and is_terse(question)
         classes: list[str] = []
         hinted: list[str] = []
         members: list[str] = []
@@ -113,7 +128,7 @@ class Planner:
                     if name != token:
                         corrections.append((token, name))
                     continue
-                member = self._member_of(token, explicit=explicit_member or is_chinese)
+                member = self._member_of(token, explicit=explicit_member or is_chinese, terse=terse)
                 if member:
                     add(classes if member in self.catalog.classes else members, member)  # a constructor: its class
                     if member != token:
@@ -201,11 +216,14 @@ class Planner:
             return name
         return None
 
-    def _member_of(self, token: str, *, explicit: bool) -> str | None:
+    def _member_of(self, token: str, *, explicit: bool, terse: bool = False) -> str | None:
+        """Return the member a token names: an exact name that is camelCase, written as a member (dotted,
+        called, in Chinese text) or a word of a terse English question; else a case-insensitive match of an
+        explicit or long token."""
         if len(token) < 2:  # `x`, `y`, `z` of a pasted `rotation.z` name no member worth a route
             return None
         if token in self._members:
-            if explicit or re.search(r"[a-z][A-Z]", token):
+            if explicit or terse or re.search(r"[a-z][A-Z]", token):
                 return token
             return None
         member = self._lower_members.get(token.lower())

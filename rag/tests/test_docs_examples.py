@@ -65,15 +65,7 @@ EXPECTED: dict[str, str | tuple[tuple[str, str], ...]] = {
     "VolumetricFogRenderer 怎么用？": ELSEWHERE,
 }
 # Examples whose answering section is not in the top 3 yet, each with the reason found; strict, so a fix shows.
-KNOWN_MISSES = {
-    "怎么重建索引？": "zh/cli.md's `### reindex` never says 重建 (it says 构建新的索引版本) and its heading has no Chinese "
-                "name, so BM25 scores it by the common word 索引 alone and the vector side ranks it 82nd",
-    "reindex": "a bare lowercase word in an English question is not read as a member (plan.py takes one only in "
-               "Chinese, dotted or called), so no member-name route runs and sections whose headings repeat the word "
-               "(reindex_gate, reindex_gate_json) come first",
-    "What does reindex print?": "as for `reindex`: reindex_gate_json and eval_gated_reindex outrank reindex and "
-                                "reindex_json",
-}
+KNOWN_MISSES: dict[str, str] = {}
 
 FENCE_RE = re.compile(r"^\s{0,3}(```|~~~)")
 COMMAND_RE = re.compile(r"""\brag\s+(?:search|ask|context)\s+(?:"([^"]+)"|'([^']+)')""")

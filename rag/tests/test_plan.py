@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rag.engine.catalog import Catalog
-from rag.engine.plan import Planner, looks_like_api, typo_budget
+from rag.engine.plan import Planner, is_terse, looks_like_api, typo_budget
 
 
 @pytest.fixture(scope="module")
@@ -128,6 +128,25 @@ def test_a_member_is_detected(planner, question, member):
     plan = planner.run(question)
 
     assert plan.members == (member,)
+
+
+@pytest.mark.parametrize("question, members", [("near", ("near",)), ("What is fov?", ("fov",)),
+                                               ("fog near far", ("near", "far"))])
+def test_a_terse_english_question_reads_a_word_naming_a_member_as_that_member(planner, question, members):
+    plan = planner.run(question)
+
+    assert (plan.kind, plan.members) == ("doc", members)
+
+
+def test_in_english_prose_a_lowercase_word_naming_a_member_stays_a_word(planner):
+    plan = planner.run("How far from the camera does the near plane of the view sit?")
+
+    assert (plan.kind, plan.classes, plan.members) == ("doc", (), ())
+
+
+def test_terse_means_at_most_three_words_besides_stopwords():
+    assert is_terse("What does reindex print?") and is_terse("fog near far")
+    assert not is_terse("Objects disappear when the camera zooms in")
 
 
 def test_several_members_are_detected_in_order(planner):
