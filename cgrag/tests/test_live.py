@@ -182,23 +182,31 @@ def curl_examples() -> list[tuple[str, str]]:
     return examples
 
 
-def test_every_curl_example_of_the_docs_works(llm_server):
+PNG_1X1 = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+                        "1f15c4890000000d49444154789c6360000002000154a24f5d0000000049454e44ae426082")
+
+
+def test_every_curl_example_of_the_docs_works(llm_server, tmp_path):
     from rag.tests.live import ROOT
 
     make_built_kb(ROOT / "docs", slug="docs")  # the documentation itself (from its shipped vectors: seconds)
     llm_server.default_text = '{"indices": [1]}'
     examples = curl_examples()
-    assert len(examples) == 2 * 10
+    assert len(examples) == 2 * 11
+    (tmp_path / "screenshot.png").write_bytes(PNG_1X1)  # the vision example's image
     with daphne(RAG_GENERATION_BASE_URL=llm_server.url, RAG_GENERATION_MODEL="m", RAG_DEFAULT_KB="docs",
                 RAG_CGRAG_STREAM_TOKEN_DELAY="0") as url:
         for page, script in examples:
             run = subprocess.run(["bash", "-c", script.replace("http://127.0.0.1:8000", url)], capture_output=True,
-                                 text=True, timeout=60)
+                                 text=True, timeout=60, cwd=tmp_path)
             assert run.returncode == 0, (page, script, run.stderr)
             if "/stream" in script:
                 assert run.stdout.rstrip().split("\n\n")[-1].startswith("event: final"), (page, script, run.stdout)
                 continue
             body = json.loads(run.stdout)
+            if "/vision/" in script:  # make run has no multimodal model: the documented 503
+                assert body["error"]["code"] == "vision_not_configured", (page, body)
+                continue
             assert "error" not in body and body.get("ok", True) is not False, (page, script, body)
             if "retrieval" in body:  # rag: the model chose
                 assert body["generation"]["ok"] is True and body["retrieval"]["num_docs"] == 20, (page, body)
