@@ -11,7 +11,7 @@ from conftest import local_moment
 from rag.errors import ServiceError
 from rag.models import RequestRecord
 from rag.pipeline import reset_engine
-from rag.tests.conftest import make_built_kb
+from rag.tests.conftest import documented_example, make_built_kb
 
 pytestmark = pytest.mark.django_db
 # The web token pool is a local day's: its tests read it at a fixed moment (one crosses midnight on purpose).
@@ -60,6 +60,16 @@ def test_chat_without_a_model_answers_extractively_with_citations(client, kb):
     record = RequestRecord.objects.get(request_id=body["request_id"])
     assert record.mode == "extractive" and record.citations[0]["chunk_id"] == body["citations"][0]["chunk_id"]
     assert {"plan", "embed", "dense", "bm25", "fuse", "adopt", "generate"} <= set(record.timings)
+
+
+@pytest.mark.parametrize("language", ["en", "zh"])
+def test_the_documented_chat_example_has_the_fields_chat_returns(client, kb, language):
+    example = documented_example(f"{language}/http-api.md", "api_chat_example")
+
+    body = post(client, "/api/chat", {"question": "PerspectiveCamera 的 fov 默认值", "kb": "sdk"}).json()
+
+    assert set(body) == set(example)
+    assert set(body["citations"][0]) == set(example["citations"][0]) and set(body["usage"]) == set(example["usage"])
 
 
 @pytest.mark.parametrize("payload", [

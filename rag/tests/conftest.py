@@ -7,15 +7,30 @@ test builds its own version: the rows and the files always agree.
 
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
+
 import pytest
 
 from rag.pipeline import get_engine, reset_engine
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
 def make_kb(source_dir, slug: str = "sdk"):
     from rag.services.knowledge import kb_ensure
 
     return kb_ensure(slug=slug, source_dir=str(source_dir))
+
+
+def documented_example(page: str, member: str) -> dict:
+    """Return the JSON example under the `### member` heading of a docs page (`en/cli.md`), to hold it to the
+    object the interface really returns."""
+    text = (DOCS / page).read_text(encoding="utf-8")
+    section = re.search(rf"^### {re.escape(member)}(?:[ \t]*[(（][^\n]*)?$(.*?)(?=^##)", text, re.M | re.S)
+    assert section, f"docs/{page} has no `### {member}` section"
+    return json.loads(re.search(r"```json\n(.*?)```", section.group(1), re.S).group(1))
 
 
 def make_built_kb(source_dir, slug: str = "sdk"):

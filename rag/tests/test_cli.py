@@ -10,7 +10,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from rag.models import RequestRecord
-from rag.tests.conftest import make_kb
+from rag.tests.conftest import documented_example, make_kb
 from rag.tests.live import manage
 
 pytestmark = pytest.mark.django_db
@@ -49,6 +49,21 @@ def run_json_failure(*args: str) -> dict:
         call_command("rag", *args, "--json", stdout=out)
     assert raised.value.code == 1
     return json.loads(out.getvalue())
+
+
+# -- ask --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("language", ["en", "zh"])
+def test_the_documented_ask_example_has_the_fields_ask_returns(built_kb, language):
+    example = documented_example(f"{language}/cli.md", "ask_json_example")
+
+    payload = run_json("ask", "PerspectiveCamera 的 fov 默认值", "--kb", "sdk")
+
+    assert list(payload) == list(example)
+    assert set(payload["citations"][0]) == set(example["citations"][0])
+    assert set(payload["usage"]) == set(example["usage"]) and set(example["plan"]) <= set(payload["plan"])
+    assert (payload["mode"], payload["answer_mode"], payload["confidence"]) == ("hybrid", "extractive", "high")
 
 
 # -- status ------------------------------------------------------------------------------------------
