@@ -63,6 +63,7 @@ EXPECTED: dict[str, str | tuple[tuple[str, str], ...]] = {
     "你好，请问雾怎么设置？": ELSEWHERE,  # still a question about fog, not chitchat: asked of an API reference
     "How do I use VolumetricFogRenderer?": ELSEWHERE,  # out of catalog on an API reference
     "VolumetricFogRenderer 怎么用？": ELSEWHERE,
+    "how to set rotation point?": ELSEWHERE,  # a real user's question, quoted where the confidence figures are
 }
 # Examples whose answering section is not in the top 3 yet, each with the reason found; strict, so a fix shows.
 KNOWN_MISSES: dict[str, str] = {}
