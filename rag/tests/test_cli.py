@@ -217,6 +217,16 @@ def test_reindex_json_creates_builds_and_reports(db, corpus_copy):
     assert run_json("status", "--kb", "sdk")["active_version"] == payload["version"]
 
 
+def test_vectors_on_a_fresh_data_folder_creates_the_default_knowledge_base(db, corpus_copy, settings):
+    settings.RAG_DEFAULT_KB, settings.RAG_DEFAULT_KB_SOURCE = "docs", str(corpus_copy)
+
+    payload = run_json("vectors", "--kb", "docs")
+    unknown = run_json_failure("vectors", "--kb", "elsewhere")
+
+    assert payload["ok"] and payload["vectors"] > 0 and payload["file"].startswith(str(corpus_copy / ".rag-vectors"))
+    assert unknown["code"] == "kb_not_found"
+
+
 def test_reindex_if_changed_skips_an_unchanged_source(built_kb):
     payload = run_json("reindex", "--kb", "sdk", "--if-changed")
 

@@ -228,7 +228,13 @@ class Command(BaseCommand):
         return f"{badge}\n\n{p['answer']}\n\n{cites}".rstrip()
 
     def _vectors(self, kb: str, options) -> dict:
-        path, count, embedded = vectors_export(kb_get(kb), progress=Progress("embedding"))
+        # As for reindex, the default knowledge base is created on first use, so a fresh data folder can
+        # write the pack of docs/ without building an index first.
+        if kb == settings.RAG_DEFAULT_KB and not KnowledgeBase.objects.filter(slug=kb).exists():
+            knowledge_base = kb_ensure(slug=kb, source_dir=settings.RAG_DEFAULT_KB_SOURCE)
+        else:
+            knowledge_base = kb_get(kb)
+        path, count, embedded = vectors_export(knowledge_base, progress=Progress("embedding"))
         return {"kb": kb, "file": str(path), "vectors": count, "embedded": embedded}
 
     def _human_vectors(self, p: dict) -> str:
