@@ -457,3 +457,15 @@ def test_an_sse_frame_with_half_an_emoji_is_still_sent():
 
     assert sse_frame("token", {"text": "ok \ud83d"}) == b'event: token\ndata: {"text": "ok \\ud83d"}\n\n'
     assert sse_frame("token", {"text": "好"}) == 'event: token\ndata: {"text": "好"}\n\n'.encode()
+
+
+def test_the_ops_site_shows_cg_rag_requests(client, sdk_kb, model):
+    from opsboard.tests.test_ops import ops_user
+
+    rag = post(client, "/cg-rag/rag", {"query": QUESTION, "topk": 5}).json()
+    assert rag["generation"]["ok"] is True
+    record = RequestRecord.objects.get(channel=Channel.CGRAG)
+    client.force_login(ops_user())
+    page = client.get(f"/ops/requests/{record.request_id}")
+    assert page.status_code == 200 and QUESTION in page.content.decode()
+    assert "CG_RAG" in client.get("/ops/").content.decode()
