@@ -101,6 +101,13 @@ def active_scope() -> str:
     return _state.active or default_scope()
 
 
+def active_knowledge_base(bases: list[KnowledgeBase]) -> KnowledgeBase | None:
+    """Of `bases`, the knowledge base the active scope names (None when it names none of them)."""
+    active = active_scope()
+    slug = aliases().get(active, active)
+    return next((kb for kb in bases if kb.slug == slug), None)
+
+
 def retriever_state(bases: list[KnowledgeBase] | None = None) -> dict:
     """Health's `retriever`: the active scope, resident scopes, loads so far and the last load's time."""
     bases = bases if bases is not None else knowledge_bases()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.http import HttpRequest
@@ -20,14 +19,14 @@ from cgrag import scopes
 from cgrag.http import error_body, error_of, route, sse_response
 from cgrag.inputs import (ConstrainedGenerateInput, InvalidRequest, RagInput, RetrieveRerankInput, WarmupInput, invalid,
                           parse)
+from cgrag.shapes import generation_of, retrieval_of
+from cgrag.vision import vision_health
 from rag.capacity import CapacityGate, capacity_stats
-from rag.errors import ServiceError
 from rag.models import Channel
 from rag.retrieval_cache import retrieval_cache
-from rag.services.profiles import profile_of, rerank_summary, embedding_summary
-from rag.services.questions import (Caller, Candidate, ChoiceEvent, ChoiceOutcome, GenerationEvent, QuestionRequest,
-                                    RetrievalEvent, SearchOutcome, TokenEvent, candidate_of, question_choose,
-                                    question_choose_stream, question_search)
+from rag.services.profiles import embedding_summary, generation_provider, host_of, profile_of, rerank_summary
+from rag.services.questions import (Caller, Candidate, ChoiceEvent, GenerationEvent, QuestionRequest, RetrievalEvent,
+                                    TokenEvent, question_choose, question_choose_stream, question_search)
 
 HTTP_PREFIX = "/cg-rag"
 MCP_PATH = "/cg-rag/mcp"
@@ -47,72 +46,13 @@ def _question(query: str, slug: str, topk: int, request_id: str, arguments: dict
                            caller=_caller(request_id, arguments), capacity=CapacityGate())
 
 
-# -- shapes --------------------------------------------------------------------------------------------------
-
-
-def doc_of(hit, rank: int) -> dict:
-    """A candidate in the seed's names, then ours."""
-    candidate, chunk = candidate_of(hit), hit.chunk
-    return {"law_name": candidate.title, "article_number": candidate.article, "contents": candidate.text,
-            "chunk_id": chunk.chunk_id, "source": chunk.source, "class_name": chunk.class_name,
-            "member": chunk.member, "rank": rank, "score": round(float(hit.score), 6), "score_source": hit.source}
-
-
-def pipeline_of(outcome: SearchOutcome, item: dict, *, cached: bool = False) -> dict:
-    result = outcome.result
-    timings = result.timings_ms
-    rerank_ms = 0.0 if cached else round(float(timings.get("rerank", 0.0)), 3)
-    total_ms = round(outcome.latency_ms if cached else float(timings.get("total", outcome.latency_ms)), 3)
-    pipeline = {
-        "requested_scope": item["requested_scope"], "active_scope": item["active_scope"],
-        "scope_switched": item["scope_switched"], "profile_fingerprint": outcome.profile.id if outcome.profile else "",
-        "index_version": outcome.version,
-        "rerank_enabled": result.rerank != "none", "api_rerank_enabled": result.rerank == "api",
-        "rerank_backend": result.rerank,
-        "retrieval_time_ms": round(total_ms - rerank_ms, 3), "rerank_time_ms": rerank_ms,
-        "search_total_time_ms": total_ms,
-    }
-    if result.rerank_error:
-        pipeline["rerank_error"] = result.rerank_error
-    return pipeline
-
-
-def cache_of(hit: bool) -> dict:
-    return {"hit": hit, **retrieval_cache().stats()}
-
-
-def retrieval_of(outcome: SearchOutcome, item: dict, topk: int, *, with_cache: bool = True) -> dict:
-    """retrieve-rerank's body (without request_id); /retrieve leaves the cache out."""
-    hit = outcome.cached is not None
-    body = {"query": outcome.question.strip(), "num_docs": len(outcome.candidates), "topk": topk,
-            "scope": outcome.kb, "profile_fingerprint": outcome.profile.id if outcome.profile else "",
-            "profile_fingerprint_summary": outcome.profile.summary if outcome.profile else {}}
-    if with_cache:
-        body["cache"] = cache_of(hit)
-    body["pipeline"] = pipeline_of(outcome, item, cached=hit)
-    if hit:
-        body["cached_pipeline"] = pipeline_of(outcome.cached, item)
-    body["retrieval_docs"] = [doc_of(h, n) for n, h in enumerate(outcome.candidates, start=1)]
-    return body
-
-
-def generation_of(outcome: ChoiceOutcome, *, include_debug: bool) -> dict:
-    """constrained-generate's body (without request_id): compact unless include_debug."""
-    choice, error = outcome.choice, outcome.error
-    if error is not None:
-        body = {"ok": False, "error": {"code": error.code, "message": error.message, "details": {}},
-                "pred_indices": [], "pred_items": [], "pred_raw": outcome.raw}
-    else:
-        body = {"ok": True, "generation_mode": "constrained", "answer_text": choice.answer_text,
-                "pred_indices": list(choice.indices), "pred_items": list(choice.items), "pred_raw": choice.raw,
-                "thinking": choice.thinking if include_debug else "",
-                "generation_enable_thinking": choice.thinking_enabled, "usage": choice.usage.as_dict()}
-    if include_debug:
-        body["debug"] = {"record_request_id": outcome.request_id, "num_candidates": len(outcome.candidates),
-                         "generation_time_ms": outcome.generate_ms, "latency_ms": outcome.latency_ms,
-                         "model": settings.RAG_ENGINE["GENERATION_MODEL"],
-                         "candidates": [{"index": n, "item": c.item} for n, c in enumerate(outcome.candidates, 1)]}
-    return body
+def _scoped_question(body, request_id: str, arguments: dict, channel: Channel = Channel.CGRAG
+                     ) -> tuple[QuestionRequest, dict, int]:
+    """A search of the body's scope (made the active one) for its query, `topk` defaulting to settings:
+    the question, the scope switch item and the topk asked."""
+    topk = body.topk if body.topk is not None else _config()["DEFAULT_TOPK"]
+    item = scopes.scope_activate(body.scope)
+    return _question(body.query, item["normalized_scope"], topk, request_id, arguments, channel), item, topk
 
 
 # -- routes --------------------------------------------------------------------------------------------------
@@ -121,8 +61,7 @@ def generation_of(outcome: ChoiceOutcome, *, include_debug: bool) -> dict:
 @route("GET")
 def health(request: HttpRequest, request_id: str) -> dict:
     bases = scopes.knowledge_bases()
-    active = scopes.active_scope()
-    active_kb = next((kb for kb in bases if kb.slug == scopes.aliases().get(active, active)), None)
+    active, active_kb = scopes.active_scope(), scopes.active_knowledge_base(bases)
     profile = profile_of(active_kb.slug, active_kb.active_version) if active_kb is not None else None
     engine, config = settings.RAG_ENGINE, _config()
     generation_url = engine["GENERATION_BASE_URL"]
@@ -135,17 +74,16 @@ def health(request: HttpRequest, request_id: str) -> dict:
         issues.append({"code": "no_scopes", "message": "No knowledge base exists yet."})
     issues += [{"code": "scope_not_ready", "message": f"Scope {kb.slug!r} has no active index version yet."}
                for kb in bases if kb.active_version is None]
-    from cgrag.vision import vision_health  # noqa: PLC0415 - the vision routes live in their own module
-
+    rerank = rerank_summary()
     return {
         "ok": True, "request_id": request_id, "service": "CG_RAG", "http_prefix": HTTP_PREFIX, "mcp_path": MCP_PATH,
         "available_scopes": scopes.available_scopes(bases), "default_scope": scopes.default_scope(),
         "active_scope": active, "config_issues": issues,
         "generation": {
             "configured": bool(generation_url and engine["GENERATION_MODEL"]),
-            "provider": _provider(),
+            "provider": generation_provider(),
             "endpoint_configured": bool(generation_url),
-            "endpoint_host": urlsplit(generation_url).hostname or "" if generation_url else "",
+            "endpoint_host": host_of(generation_url),
             "model": engine["GENERATION_MODEL"], "response_format_json": True,
             "enable_thinking": engine["GENERATION_THINKING"], "streaming": True,
             "stream_answer_token_delay_seconds": config["STREAM_TOKEN_DELAY"],
@@ -153,20 +91,13 @@ def health(request: HttpRequest, request_id: str) -> dict:
             "max_context_docs": config["DEFAULT_TOPK"], "default_max_items": config["DEFAULT_MAX_ITEMS"],
         },
         "vision": vision_health(),
-        "rerank": {"api_enabled": bool(engine["RERANK_BASE_URL"]), "model": rerank_summary()["model"],
-                   "backend": rerank_summary()["backend"]},
+        "rerank": {"api_enabled": bool(engine["RERANK_BASE_URL"]), "model": rerank["model"], "backend": rerank["backend"]},
         "retriever": scopes.retriever_state(bases),
         "profile_fingerprint": {"id": profile.id, "summary": profile.summary} if profile else
-        {"id": "", "summary": {"scope": active, "embedding_api": embedding_summary(None), "rerank": rerank_summary()}},
+        {"id": "", "summary": {"scope": active, "embedding_api": embedding_summary(None), "rerank": rerank}},
         "retrieve_cache": retrieval_cache().stats(),
         "capacity": capacity_stats(),
     }
-
-
-def _provider() -> str:
-    from rag.services.profiles import generation_provider  # noqa: PLC0415
-
-    return generation_provider()
 
 
 @route("GET")
@@ -174,19 +105,11 @@ def profiles(request: HttpRequest, request_id: str) -> dict:
     return scopes.profiles()
 
 
-def _search(body, request_id: str, *, channel: Channel = Channel.CGRAG, arguments: dict | None = None
-            ) -> tuple[SearchOutcome, dict, int]:
-    topk = body.topk if body.topk is not None else _config()["DEFAULT_TOPK"]
-    item = scopes.scope_activate(body.scope)
-    outcome = question_search(_question(body.query, item["normalized_scope"], topk, request_id,
-                                        arguments or {"scope": body.scope, "topk": body.topk}, channel))
-    return outcome, item, topk
-
-
 @route("POST")
 def retrieve_rerank(request: HttpRequest, request_id: str) -> dict:
     body = parse(RetrieveRerankInput, request.body)
-    outcome, item, topk = _search(body, request_id)
+    question, item, topk = _scoped_question(body, request_id, {"scope": body.scope, "topk": body.topk})
+    outcome = question_search(question)
     return {"request_id": request_id, **retrieval_of(outcome, item, topk)}
 
 
@@ -205,11 +128,9 @@ def constrained_generate(request: HttpRequest, request_id: str) -> dict:
 
 
 def _rag_request(body: RagInput, request_id: str, route_name: str) -> tuple[QuestionRequest, dict, int, int]:
-    topk = body.topk if body.topk is not None else _config()["DEFAULT_TOPK"]
     max_items = body.max_items if body.max_items is not None else _config()["DEFAULT_MAX_ITEMS"]
-    item = scopes.scope_activate(body.scope)
-    question = _question(body.query, item["normalized_scope"], topk, request_id,
-                         {"route": route_name, "scope": body.scope, "topk": body.topk, "max_items": body.max_items})
+    question, item, topk = _scoped_question(body, request_id, {"route": route_name, "scope": body.scope,
+                                                                "topk": body.topk, "max_items": body.max_items})
     return question, item, topk, max_items
 
 
@@ -281,11 +202,10 @@ def warmup(request: HttpRequest, request_id: str) -> dict:
 def healthz(request: HttpRequest, request_id: str) -> dict:
     """Liveness, with the active profile's summary as the seed's /healthz; knowledge_bases_ready as before."""
     bases = scopes.knowledge_bases()
-    active = scopes.active_scope()
-    active_kb = next((kb for kb in bases if kb.slug == scopes.aliases().get(active, active)), None)
+    active_kb = scopes.active_knowledge_base(bases)
     return {"ok": True, "device": "cpu", "store_topk": _config()["DEFAULT_TOPK"],
             "available_scopes": scopes.available_scopes(bases), "default_scope": scopes.default_scope(),
-            "active_scope": active,
+            "active_scope": scopes.active_scope(),
             "retrieval_method": active_kb.active_version.model_id if active_kb and active_kb.active_version else "",
             "knowledge_bases_ready": sum(1 for kb in bases if kb.active_version is not None)}
 
@@ -328,8 +248,9 @@ def retrieve(request: HttpRequest, request_id: str) -> dict:
     if "queries" in raw:
         return _retrieve_batch(raw, request_id)
     body = _Lenient(raw)
-    outcome, item, topk = _search(body, request_id, arguments={"route": "retrieve", "scope": body.requested_scope,
+    question, item, topk = _scoped_question(body, request_id, {"route": "retrieve", "scope": body.requested_scope,
                                                                "topk": raw.get("topk")})
+    outcome = question_search(question)
     shaped = retrieval_of(outcome, item, topk, with_cache=False)
     shaped["pipeline"]["requested_scope"] = body.requested_scope
     return {"request_id": request_id, **shaped}

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Annotated
-from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
@@ -22,11 +21,13 @@ from pydantic import Field, StrictBool, StrictStr, StringConstraints
 from cgrag import scopes
 from cgrag.http import error_body, error_of, route, sse_response
 from cgrag.inputs import Body, Scope, parse
-from cgrag.views import doc_of
+from cgrag.shapes import doc_of
+from rag.services.profiles import host_of
+from rag.services.questions import TokenEvent
 from rag.services.records import MAX_QUESTION_CHARS
-from rag.services.vision import (AnswerReset, Outcome, Progress, Token, VisionAgentic, VisionAnswer, VisionAsk,
+from rag.services.vision import (AnswerReset, Outcome, Progress, VisionAgentic, VisionAnswer, VisionAsk,
                                  invalid_image, vision_agentic, vision_agentic_stream, vision_answer,
-                                 vision_answer_stream, vision_ask, vision_observe)
+                                 vision_answer_stream, vision_ask, vision_configured, vision_observe)
 
 OptionalQuery = Annotated[StrictStr, StringConstraints(strip_whitespace=True, max_length=MAX_QUESTION_CHARS)]
 
@@ -44,8 +45,8 @@ class AgenticInput(VisionInput):
 
 def vision_health() -> dict:
     config = settings.RAG_VISION
-    return {"configured": bool(config["BASE_URL"] and config["MODEL"]), "endpoint_configured": bool(config["BASE_URL"]),
-            "endpoint_host": urlsplit(config["BASE_URL"]).hostname or "" if config["BASE_URL"] else "",
+    return {"configured": vision_configured(), "endpoint_configured": bool(config["BASE_URL"]),
+            "endpoint_host": host_of(config["BASE_URL"]),
             "model": config["MODEL"], "enable_thinking": config["THINKING"], "streaming": True,
             "max_images": config["MAX_IMAGES"], "max_image_bytes": config["MAX_IMAGE_BYTES"],
             "max_tokens": config["MAX_TOKENS"], "agentic_max_search_rounds": config["AGENTIC_MAX_SEARCH_ROUNDS"],
@@ -100,7 +101,7 @@ def _stream(request_id: str, events, mode: str, shape) -> Iterator[tuple[str, di
         for event in events:
             if isinstance(event, Progress):
                 yield "progress", {"stage": event.stage, "label": event.label, "status": event.status, **tag}
-            elif isinstance(event, Token):
+            elif isinstance(event, TokenEvent):
                 yield "token", {"channel": "answer", "text": event.text, **tag}
             elif isinstance(event, AnswerReset):
                 yield "answer_reset", {"reason": event.reason, **tag}

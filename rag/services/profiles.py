@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 
+from rag.engine.constrained import provider_of
 from rag.models import IndexVersion
 
 
@@ -24,12 +25,17 @@ class Profile:
     summary: dict
 
 
+def host_of(url: str) -> str:
+    """The host name of an endpoint URL ("" for none): what health may show of it (no scheme, port, path or key)."""
+    return (urlsplit(url).hostname or "") if url else ""
+
+
 def rerank_summary() -> dict:
     """The rerank backend a search uses by default: "api", "llm" or "none", and the model's name."""
     config = settings.RAG_ENGINE
     if config["RERANK_BASE_URL"]:
         return {"backend": "api", "api_configured": True, "model": config["RERANK_MODEL"] or "default",
-                "endpoint_host": urlsplit(config["RERANK_BASE_URL"]).hostname or ""}
+                "endpoint_host": host_of(config["RERANK_BASE_URL"])}
     if config["LLM_RERANK"] and config["GENERATION_BASE_URL"]:
         return {"backend": "llm", "api_configured": False, "model": config["GENERATION_MODEL"] or "default"}
     return {"backend": "none", "api_configured": False, "model": ""}
@@ -44,17 +50,21 @@ def embedding_summary(version: IndexVersion | None) -> dict:
             "dimension": version.dimension if version else 0}
 
 
+_files_of: dict[str, tuple] = {}  # version folder -> its files: a ready version's files never change
+
+
 def version_files(kb: str, version: str) -> list[dict]:
-    """The version folder's files: name, size and mtime (seconds), sorted by name; [] when it is missing."""
+    """The version folder's files: name, size and mtime (seconds), sorted by name; [] when it is missing.
+    Read once per folder and process (every cached search asks), since a built version is never rewritten."""
     folder = Path(settings.RAG_ENGINE["INDEX_DIR"]) / kb / version
-    if not folder.is_dir():
-        return []
-    files = []
-    for path in sorted(folder.iterdir()):
-        if path.is_file():
-            stat = path.stat()
-            files.append({"name": path.name, "size": stat.st_size, "mtime": int(stat.st_mtime)})
-    return files
+    files = _files_of.get(str(folder))
+    if files is None:
+        if not folder.is_dir():
+            return []
+        files = _files_of[str(folder)] = tuple(
+            {"name": path.name, "size": stat.st_size, "mtime": int(stat.st_mtime)}
+            for path in sorted(folder.iterdir()) if path.is_file() and (stat := path.stat()))
+    return [dict(entry) for entry in files]
 
 
 def profile_of(kb: str, version: IndexVersion | None) -> Profile:
@@ -77,8 +87,6 @@ def profile_of(kb: str, version: IndexVersion | None) -> Profile:
 def generation_provider() -> str:
     """The configured generation model's provider as constrained generation talks to it: "deepseek" or "openai"
     ("" when no model is configured)."""
-    from rag.engine.constrained import provider_of
-
     config = settings.RAG_ENGINE
     if not config["GENERATION_BASE_URL"]:
         return ""

@@ -418,8 +418,8 @@ class _Call:
         knowledge_base = kb_get_current(self.kb)
         row = version_of(knowledge_base, request.version)
         profile = profile_of(knowledge_base.slug, row) if request.cache else None
-        key = (knowledge_base.slug, row.name, profile.id, question.strip(), top_k, request.candidates, mode,
-               exclude, request.rerank, request.rewrite) if profile is not None else None
+        key = (knowledge_base.slug, profile.id, question.strip(), top_k, request.candidates, mode, exclude,
+               request.rerank, request.rewrite) if profile is not None else None  # the profile names the version
         cached = retrieval_cache().get(key) if key is not None else None
         if cached is not None:
             self.result = cached.result

@@ -12,7 +12,7 @@
 Each ask is one request record (channel cgrag) through `question_call`; the searches of an agentic ask are
 part of it and not recorded apart. The model's failures become 502 `vision_upstream_error` (HTTP error,
 timeout, connection) or `vision_response_invalid` (a reply that cannot be used). Streams yield
-`Progress`, `Token`, `AnswerReset` (the upstream stream broke after text was shown and is asked again
+`Progress`, `TokenEvent` (the question service's), `AnswerReset` (the upstream stream broke after text was shown and is asked again
 once) and last the outcome; they stop, closing the upstream stream, when `cancelled()` turns true.
 """
 
@@ -34,7 +34,8 @@ from rag.engine.vision import (DEFAULT_LABELS, FINAL_PROMPT, AnswerField, Delta,
                                parse_observation, parse_step, references_message, split_thinking, usage_sum)
 from rag.errors import ServiceError
 from rag.models import Channel
-from rag.services.questions import Caller, QuestionRequest, candidate_of, question_call, question_refused, question_search
+from rag.services.questions import (Caller, QuestionRequest, TokenEvent, candidate_of, question_call, question_refused,
+                                    question_search)
 
 JSON_FORMAT = {"response_format": {"type": "json_object"}}
 
@@ -167,11 +168,6 @@ class Progress:
 
 
 @dataclass(frozen=True, slots=True)
-class Token:
-    text: str
-
-
-@dataclass(frozen=True, slots=True)
 class AnswerReset:
     reason: str
 
@@ -181,7 +177,7 @@ class Outcome:
     outcome: VisionAnswer | VisionAgentic
 
 
-VisionEvent = Progress | Token | AnswerReset | Outcome
+VisionEvent = Progress | TokenEvent | AnswerReset | Outcome
 
 
 # -- the routes ---------------------------------------------------------------------------------------------
@@ -243,7 +239,7 @@ def vision_answer_stream(ask: VisionAsk, cancelled: Callable[[], bool] = lambda:
             for item in _model().stream(answer_messages(ask.query, ask.images), extra=_extra(ask), cancelled=cancelled):
                 if isinstance(item, Delta):
                     shown = True
-                    yield Token(item.text)
+                    yield TokenEvent(item.text)
                 elif isinstance(item, Reset):
                     if shown:
                         shown = False
@@ -304,7 +300,7 @@ class _Reply:
 
 
 def _step(model: VisionModel, messages: list[dict], extra: dict, *, stream: bool, cancelled) -> Iterator:
-    """One agentic model call; yields Token/AnswerReset events when streaming; returns a _Reply."""
+    """One agentic model call; yields TokenEvent/AnswerReset events when streaming; returns a _Reply."""
     reply = _Reply()
     if not stream:
         with _upstream():
@@ -318,7 +314,7 @@ def _step(model: VisionModel, messages: list[dict], extra: dict, *, stream: bool
                 piece = answer.feed(item.text)
                 if piece:
                     reply.shown = True
-                    yield Token(piece)
+                    yield TokenEvent(piece)
             elif isinstance(item, Reset):
                 answer = AnswerField()
                 if reply.shown:
@@ -358,7 +354,7 @@ def _agentic(ask: VisionAsk, *, stream: bool, cancelled: Callable[[], bool]) -> 
                 raise response_invalid(str(exc)) from None
             if step.answer:
                 if stream and not reply.shown:
-                    yield Token(step.answer)
+                    yield TokenEvent(step.answer)
                 break
             messages.append({"role": "assistant", "content": reply.text})
             yield Progress("retrieval", f"正在检索：{step.search[:80]}", "running")

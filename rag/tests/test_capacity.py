@@ -6,6 +6,7 @@ from __future__ import annotations
 import multiprocessing
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -16,7 +17,7 @@ REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
 def _hold_in_child(folder: str, ready, release) -> None:
-    slots = FileSlots(__import__("pathlib").Path(folder), "generation", 1)
+    slots = FileSlots(Path(folder), "generation", 1)
     handle = slots.try_acquire()
     ready.set()
     release.wait(10)
