@@ -48,7 +48,7 @@ class ApiKeyAdmin(admin.ModelAdmin):
                     "rate_limit_per_minute")
     list_filter = ("revoked_at",)
     search_fields = ("prefix", "name", "owner__username")
-    fields = ("name", "owner", "expires_at", "daily_quota", "rate_limit_per_minute", "prefix", "created_at",
+    fields = ("name", "owner", "app", "expires_at", "daily_quota", "rate_limit_per_minute", "prefix", "created_at",
               "last_used_at", "revoked_at")
     readonly_fields = ("prefix", "created_at", "last_used_at", "revoked_at")
     actions = ["revoke", "rotate"]

@@ -16,6 +16,8 @@ class ApiKey(models.Model):
     revoked_at = models.DateTimeField(null=True, blank=True)
     daily_quota = models.PositiveIntegerField(null=True, blank=True, help_text="Calls per day; empty: unlimited")
     rate_limit_per_minute = models.PositiveIntegerField(null=True, blank=True, help_text="Empty: unlimited")
+    app = models.ForeignKey("rag.RetrievalApp", null=True, blank=True, on_delete=models.SET_NULL, related_name="api_keys",
+                            help_text="The retrieval app this key may call the open retrieval API for; empty: none")
 
     class Meta:
         ordering = ["-created_at"]

@@ -1,7 +1,9 @@
+from django import forms
 from django.contrib import admin, messages
 
 from rag.errors import ServiceError
-from rag.models import ClassAlias, Document, IndexVersion, KnowledgeBase, RequestRecord
+from rag.models import (ClassAlias, Document, DocumentLabel, IndexVersion, KnowledgeBase, Label, LabelValue,
+                        RequestRecord, RetrievalApp)
 
 
 @admin.register(KnowledgeBase)
@@ -52,17 +54,73 @@ class IndexVersionAdmin(admin.ModelAdmin):
             self.message_user(request, "Activated.")
 
 
+class DocumentLabelInline(admin.TabularInline):
+    """Label values on a document: add or remove them here; those from the page's front matter come back on
+    the next ingest (edit the page instead)."""
+
+    model = DocumentLabel
+    extra = 1
+    fields = ("value", "from_source")
+    readonly_fields = ("from_source",)
+    autocomplete_fields = ("value",)
+
+
 @admin.register(Document)
 class DocumentAdmin(admin.ModelAdmin):
-    list_display = ("path", "kb", "title", "chunk_count", "changed_at")
-    list_filter = ("kb",)
+    list_display = ("id", "path", "kb", "title", "chunk_count", "changed_at")
+    list_filter = ("kb", "labels__label")
     search_fields = ("path", "title")
+    inlines = [DocumentLabelInline]
 
     def get_readonly_fields(self, request, obj=None):
         return [f.name for f in self.model._meta.fields]
 
     def has_add_permission(self, request):
         return False
+
+
+class LabelValueInline(admin.TabularInline):
+    model = LabelValue
+    extra = 1
+    fields = ("value",)
+
+
+@admin.register(Label)
+class LabelAdmin(admin.ModelAdmin):
+    list_display = ("name", "description")
+    search_fields = ("name",)
+    inlines = [LabelValueInline]
+
+
+@admin.register(LabelValue)
+class LabelValueAdmin(admin.ModelAdmin):
+    list_display = ("id", "label", "value")
+    list_filter = ("label",)
+    search_fields = ("value", "label__name")
+
+
+class RetrievalAppForm(forms.ModelForm):
+    class Meta:
+        model = RetrievalApp
+        fields = ("name", "published", "knowledge_bases", "rag_setting")
+
+    def clean_rag_setting(self):
+        from rag.services.retrieval import setting_of
+
+        value = self.cleaned_data["rag_setting"] or {}
+        try:
+            setting_of(value)
+        except ServiceError as exc:
+            raise forms.ValidationError(exc.message) from None
+        return value
+
+
+@admin.register(RetrievalApp)
+class RetrievalAppAdmin(admin.ModelAdmin):
+    form = RetrievalAppForm
+    list_display = ("id", "name", "published", "created_at")
+    list_filter = ("published",)
+    filter_horizontal = ("knowledge_bases",)
 
 
 @admin.register(ClassAlias)

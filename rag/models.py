@@ -28,6 +28,9 @@ class KnowledgeBase(models.Model):
     name = models.CharField(max_length=200, blank=True)
     language = models.CharField(max_length=16, default="zh", help_text="zh, en, or mixed")
     source_dir = models.CharField(max_length=1000, help_text="Folder of Markdown/HTML pages on the server")
+    base_url = models.CharField(max_length=500, blank=True,
+                                help_text="Where the pages are published, e.g. https://docs.example.com/api/ : a "
+                                          "document's url is this plus its path, unless its front matter names one")
     active_version = models.ForeignKey(
         "IndexVersion", null=True, blank=True, on_delete=models.SET_NULL, related_name="active_for"
     )
@@ -41,10 +44,45 @@ class KnowledgeBase(models.Model):
         return self.slug
 
 
+class Label(models.Model):
+    """A kind of tag documents carry, e.g. "level" or "product"; its values are `LabelValue`s."""
+
+    name = models.CharField(max_length=64, unique=True)
+    description = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class LabelValue(models.Model):
+    """One value of a label ("level: beginner"); the retrieval APIs filter documents by these ids
+    (`label_value_ids`: any value of one label, every label named)."""
+
+    label = models.ForeignKey(Label, on_delete=models.CASCADE, related_name="values")
+    value = models.CharField(max_length=200)
+
+    class Meta:
+        ordering = ["label__name", "value"]
+        constraints = [models.UniqueConstraint(fields=["label", "value"], name="label_value_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.label.name}: {self.value}"
+
+
 class Document(models.Model):
+    """One page of a knowledge base. Its id is stable for as long as its path stays (ingest updates the row in
+    place); `first_seen_at` is its create_time."""
+
     kb = models.ForeignKey(KnowledgeBase, on_delete=models.CASCADE, related_name="documents")
     path = models.CharField(max_length=1000, help_text="Relative to the knowledge base's source folder")
     title = models.CharField(max_length=500)
+    url = models.CharField(max_length=1000, blank=True, help_text="From the page's front matter; empty: the base URL "
+                                                                   "of its knowledge base plus its path")
+    metadata = models.JSONField(default=dict, blank=True, help_text="The page's front matter fields, as written")
+    labels = models.ManyToManyField(LabelValue, through="DocumentLabel", related_name="documents", blank=True)
     content_hash = models.CharField(max_length=40)
     size = models.PositiveIntegerField(default=0)
     chunk_count = models.PositiveIntegerField(default=0)
@@ -57,6 +95,40 @@ class Document(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kb.slug}:{self.path}"
+
+
+class DocumentLabel(models.Model):
+    """A label value on a document: from the page's front matter (`from_source`, replaced on each ingest) or
+    given in the admin (kept across ingests)."""
+
+    document = models.ForeignKey(Document, on_delete=models.CASCADE, related_name="document_labels")
+    value = models.ForeignKey(LabelValue, on_delete=models.CASCADE, related_name="document_labels")
+    from_source = models.BooleanField(default=False, help_text="Set by the page's front matter `labels:`")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["document", "value"], name="document_label_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.document} [{self.value}]"
+
+
+class RetrievalApp(models.Model):
+    """A retrieval application of the open retrieval API (seed 002's `dialog_id`/`app_id`): the knowledge bases
+    its keys may search and its default `rag_setting`. Only a published app answers."""
+
+    name = models.CharField(max_length=100)
+    published = models.BooleanField(default=False)
+    knowledge_bases = models.ManyToManyField(KnowledgeBase, related_name="retrieval_apps", blank=True)
+    rag_setting = models.JSONField(default=dict, blank=True,
+                                   help_text="Default retrieval settings (similarity_threshold, dense_weight, top_k, "
+                                             "top_n, …); a request's rag_setting overrides them field by field")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"{self.pk}: {self.name}"
 
 
 class IndexVersion(models.Model):

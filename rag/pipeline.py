@@ -40,6 +40,7 @@ class Engine:
     rerank_candidates: int = RERANK_CANDIDATES
     rewriter: QueryRewriter | None = None  # RAG_QUERY_REWRITE with a generation model; None: off
     chooser: ConstrainedChooser | None = None  # constrained generation (CG_RAG) with a generation model; None: off
+    enhancer: QueryRewriter | None = None  # search keywords asked of the model on request (seed 002's enhanced search)
 
     def reader(self, kb: str, version: str) -> VersionReader:
         key = (kb, version)
@@ -173,12 +174,17 @@ def default_reranker(rerankers: dict[str, Reranker]) -> Reranker | None:
 
 def make_rewriter() -> QueryRewriter | None:
     """Return the query rewriter when RAG_QUERY_REWRITE is on and a generation model is configured."""
-    config = settings.RAG_ENGINE
+    return make_enhancer() if settings.RAG_ENGINE["QUERY_REWRITE"] else None
+
+
+def make_enhancer() -> QueryRewriter | None:
+    """Return the keyword rewriter a retrieval asks for by name (enable_agent_enhance_search): the query rewriter
+    with a generation model, whatever RAG_QUERY_REWRITE says."""
     client = make_chat_client()
-    if client is None or not config["QUERY_REWRITE"]:
+    if client is None:
         return None
     client = replace(client, temperature=0.0, max_tokens=256,
-                     timeout=(client.timeout[0], float(config["QUERY_REWRITE_TIMEOUT"])))
+                     timeout=(client.timeout[0], float(settings.RAG_ENGINE["QUERY_REWRITE_TIMEOUT"])))
     return QueryRewriter(client=client, breaker=make_breaker(f"{breaker_key()}:rewrite"))
 
 
@@ -218,6 +224,7 @@ def get_engine() -> Engine:
                     rerank_candidates=config["RERANK_CANDIDATES"],
                     rewriter=make_rewriter(),
                     chooser=make_chooser(),
+                    enhancer=make_enhancer(),
                 )
     return _engine
 

@@ -43,6 +43,7 @@ INSTALLED_APPS = [
     "evaluation",
     "opsboard",
     "cgrag",
+    "retrieval",
 ]
 
 MIDDLEWARE = [

@@ -12,6 +12,7 @@ urlpatterns = [
     path("", include("rag.urls")),
     path("", include("apikeys.urls")),
     path("", include("cgrag.urls")),
+    path("", include("retrieval.urls")),
     path("ops/login/", auth_views.LoginView.as_view(
         template_name="ops/login.html",
         extra_context={"ops_group": settings.RAG_OPS_GROUP, "qa_group": settings.RAG_QA_GROUP}), name="ops-login"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import re
 from pathlib import Path
 
@@ -10,6 +11,8 @@ from .types import SourceDocument
 
 MARKDOWN_SUFFIXES = {".md", ".markdown"}
 HTML_SUFFIXES = {".html", ".htm"}
+FRONT_MATTER_RE = re.compile(r"\A---[ \t]*\r?\n(.*?)\r?\n(?:---|\.\.\.)[ \t]*(?:\r?\n|\Z)", re.S)
+MAX_LABELS = 50
 
 
 class IngestError(Exception):
@@ -83,6 +86,62 @@ def html_to_markdown(html: str) -> str:
     return markdown + "\n"
 
 
+def split_front_matter(text: str) -> tuple[dict, str]:
+    """Split a Markdown page's YAML front matter (between `---` lines at the very top) from its body.
+
+    Returns (fields, body); a page without front matter, or whose block is not a YAML mapping, comes back
+    whole with no fields. Values are made JSON-safe (dates as ISO 8601 strings)."""
+    match = FRONT_MATTER_RE.match(text)
+    if not match:
+        return {}, text
+    import yaml
+
+    try:
+        data = yaml.safe_load(match.group(1))
+    except yaml.YAMLError:
+        return {}, text
+    if not isinstance(data, dict):
+        return {}, text
+    return {str(name): _json_safe(value) for name, value in data.items()}, text[match.end():]
+
+
+def _json_safe(value):
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, datetime.date | datetime.datetime):
+        return value.isoformat()
+    return value if value is None or isinstance(value, bool | int | float | str) else str(value)
+
+
+def front_matter_labels(meta: dict) -> list[tuple[str, str]]:
+    """The (label, value) pairs of front matter `labels:`, written as a mapping (`labels: {level: [beginner,
+    advanced], product: engine}`) or a list (`labels: ["level: beginner", {product: engine}]`); at most MAX_LABELS,
+    each once, in order. Anything else in `labels:` is ignored."""
+    raw = meta.get("labels")
+    pairs: list[tuple[str, str]] = []
+
+    def add(name, value) -> None:
+        values = value if isinstance(value, list) else [value]
+        for item in values:
+            if isinstance(item, bool | int | float | str) and str(name).strip() and str(item).strip():
+                pairs.append((str(name).strip()[:64], str(item).strip()[:200]))
+
+    if isinstance(raw, dict):
+        for name, value in raw.items():
+            add(name, value)
+    elif isinstance(raw, list):
+        for item in raw:
+            if isinstance(item, dict):
+                for name, value in item.items():
+                    add(name, value)
+            elif isinstance(item, str) and ":" in item:
+                name, _, value = item.partition(":")
+                add(name, value)
+    return list(dict.fromkeys(pairs))[:MAX_LABELS]
+
+
 def page_title(markdown: str, fallback: str) -> str:
     """Return the text of the first `# ` heading outside code, or the fallback."""
     in_code = False
@@ -111,13 +170,19 @@ def read_folder(root: Path) -> list[SourceDocument]:
         if not path.resolve().is_relative_to(real_root):
             continue  # a symlink leading out of the knowledge base
         raw = path.read_text(encoding="utf-8", errors="replace")
-        text = html_to_markdown(raw) if suffix in HTML_SUFFIXES else raw
+        meta: dict = {}
+        if suffix in HTML_SUFFIXES:
+            text = html_to_markdown(raw)
+        else:
+            meta, text = split_front_matter(raw)
+        fallback = meta["title"] if isinstance(meta.get("title"), str) and meta["title"].strip() else path.stem
         documents.append(
             SourceDocument(
                 path=relative.as_posix(),
-                title=page_title(text, fallback=path.stem),
+                title=page_title(text, fallback=fallback.strip()),
                 text=text,
                 content_hash=sha1(raw),
+                meta=meta,
             )
         )
     return documents

@@ -266,6 +266,12 @@ def tokenize(text: str, *, characters: bool = False, stem: bool = False) -> list
     return tokens
 
 
+def pieces(text: str) -> list[str]:
+    """The text cut into words, spaces and punctuation (jieba, with this product's dictionary): joined, they give
+    the text back, so a word can be marked where it is written."""
+    return _segmenter().lcut(text)
+
+
 def identifiers(text: str) -> list[str]:
     """Return the Latin identifiers written in a text, dotted parts split, in order."""
     found: list[str] = []

@@ -12,8 +12,9 @@ class SourceDocument:
 
     path: str  # relative to the knowledge base's source folder, with "/" separators
     title: str
-    text: str
-    content_hash: str
+    text: str  # without its front matter
+    content_hash: str  # of the file as read, front matter included
+    meta: dict = field(default_factory=dict)  # the Markdown page's YAML front matter (labels, url, …); {} when none
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,12 +12,12 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from rag.engine.chunk import chunk_documents
-from rag.engine.ingest import IngestError, read_folder
+from rag.engine.ingest import IngestError, front_matter_labels, read_folder
 from rag.engine.text import sha1
 from rag.engine.types import SourceDocument
 from rag.engine.vectorpack import read_pack, write_pack
 from rag.errors import ServiceError
-from rag.models import ClassAlias, Document, IndexVersion, KnowledgeBase
+from rag.models import ClassAlias, Document, DocumentLabel, IndexVersion, KnowledgeBase, Label, LabelValue
 from rag.pipeline import get_engine
 
 log = logging.getLogger(__name__)
@@ -96,26 +96,50 @@ def _check_source(source_dir: str) -> None:
 
 
 def kb_sync_documents(kb: KnowledgeBase, documents: list[SourceDocument]) -> int:
-    """Record the pages of a source folder; unchanged pages are left as they are. Return how many changed."""
+    """Record the pages of a source folder; unchanged pages are left as they are. Return how many changed.
+
+    A page's front matter gives its `url`, its `metadata` and its front-matter labels (replaced here; labels
+    given in the admin stay)."""
     now = timezone.now()
-    existing = {d.path: d for d in kb.documents.all()}
+    existing = {d.path: d for d in kb.documents.prefetch_related("document_labels")}
     changed = 0
     with transaction.atomic():
         for document in documents:
             row = existing.pop(document.path, None)
+            url = document.meta.get("url") if isinstance(document.meta.get("url"), str) else ""
             if row is None:
-                Document.objects.create(kb=kb, path=document.path, title=document.title[:500],
-                                        content_hash=document.content_hash, size=len(document.text), changed_at=now)
+                row = Document.objects.create(kb=kb, path=document.path, title=document.title[:500],
+                                              content_hash=document.content_hash, size=len(document.text),
+                                              changed_at=now, url=url[:1000], metadata=document.meta)
                 changed += 1
             elif row.content_hash != document.content_hash or row.title != document.title[:500]:
                 row.content_hash, row.title, row.size, row.changed_at = (
                     document.content_hash, document.title[:500], len(document.text), now)
-                row.save(update_fields=["content_hash", "title", "size", "changed_at"])
+                row.url, row.metadata = url[:1000], document.meta
+                row.save(update_fields=["content_hash", "title", "size", "changed_at", "url", "metadata"])
                 changed += 1
+            elif row.metadata != document.meta:  # recorded before front matter was read
+                row.url, row.metadata = url[:1000], document.meta
+                row.save(update_fields=["url", "metadata"])
+            _sync_front_matter_labels(row, front_matter_labels(document.meta))
         if existing:
             Document.objects.filter(pk__in=[d.pk for d in existing.values()]).delete()
             changed += len(existing)
     return changed
+
+
+def _sync_front_matter_labels(document: Document, pairs: list[tuple[str, str]]) -> None:
+    """Make the document's front-matter labels exactly `pairs`, creating labels and values as needed."""
+    wanted = set()
+    for name, value in pairs:
+        label, _ = Label.objects.get_or_create(name=name)
+        wanted.add(LabelValue.objects.get_or_create(label=label, value=value)[0].pk)
+    rows = {row.value_id: row for row in document.document_labels.all()}
+    stale = [row.pk for value_id, row in rows.items() if row.from_source and value_id not in wanted]
+    if stale:
+        DocumentLabel.objects.filter(pk__in=stale).delete()
+    for value_id in wanted - set(rows):
+        DocumentLabel.objects.create(document=document, value_id=value_id, from_source=True)
 
 
 def corpus_hash(documents: list[SourceDocument]) -> str:

@@ -300,7 +300,7 @@ def question_choose_stream(request: QuestionRequest, *, candidates: list[Candida
             yield RetrievalEvent(search)
             candidates = [candidate_of(hit) for hit in (search.candidates or search.result.hits)]
         else:
-            _validated_question(request.question)
+            validated_question(request.question)
         yield GenerationEvent()
         started = time.perf_counter()
         chooser = get_engine().chooser
@@ -310,7 +310,7 @@ def question_choose_stream(request: QuestionRequest, *, candidates: list[Candida
         elif chooser is None:
             error = NOT_CONFIGURED
         else:
-            with _held(request, "generation"):
+            with held(request, "generation"):
                 try:
                     choice = chooser.run(request.question.strip(), candidates, max_items=max_items,
                                          thinking=thinking, stream=True, cancelled=cancelled)
@@ -427,7 +427,7 @@ class _Call:
                            latency_ms=round(self.elapsed_ms(), 3), cached=cached)
         engine = get_engine()
         searcher = engine.searcher(knowledge_base.slug, row.name, aliases_for(knowledge_base))
-        with _held(request, "retrieval"):
+        with held(request, "retrieval"):
             result = self.result = searcher.run(question, mode=mode, top_k=top_k, exclude=exclude,
                                                 rerank=request.rerank, rewrite=request.rewrite,
                                                 fused_depth=request.candidates)
@@ -462,7 +462,7 @@ class _Call:
         self.record(result=self.result, error=error)
 
 
-def _held(request: QuestionRequest, resource: str) -> ContextManager[None]:
+def held(request: QuestionRequest, resource: str) -> ContextManager[None]:
     return request.capacity.hold(resource) if request.capacity is not None else contextlib.nullcontext()
 
 
@@ -488,7 +488,7 @@ def _options(request: QuestionRequest) -> dict:
     return {name: value for name, value in options.items() if value is not None}
 
 
-def _validated_question(question) -> str:
+def validated_question(question) -> str:
     if not isinstance(question, str) or not question.strip() or "\x00" in question:
         raise ServiceError("invalid_question", "The question must be a non-empty string (without NUL characters).")
     if len(question) > MAX_QUESTION_CHARS:
@@ -498,7 +498,7 @@ def _validated_question(question) -> str:
 
 def _validated(request: QuestionRequest) -> tuple[str, int | None, str, tuple[str, ...]]:
     """Check a request's values; raise a ServiceError with a stable code for the first bad one."""
-    question, top_k, mode, exclude = _validated_question(request.question), request.top_k, request.mode, request.exclude
+    question, top_k, mode, exclude = validated_question(request.question), request.top_k, request.mode, request.exclude
     candidates = request.candidates
     if candidates is not None and (type(candidates) is not int or not 1 <= candidates <= MAX_CANDIDATES):
         raise ServiceError("invalid_candidates", f"candidates must be an integer from 1 to {MAX_CANDIDATES}.")

@@ -1,0 +1,52 @@
+"""API keys on the retrieval faces: the same keys as MCP (`Authorization: Bearer <key>`), their per-minute rate
+and daily quota counted per face (the usage row's tool is the channel), tokens and failures settled after the
+call. A refused call leaves a request record, as every request does."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from apikeys.api import bearer_of
+from apikeys.models import ApiKey
+from apikeys.services import api_key_admit_call, api_key_authenticate, api_key_usage_settle
+from rag.errors import ServiceError
+from rag.models import Channel, RequestRecord
+from rag.services.questions import Caller, QuestionRequest, question_refused
+from rag.services.retrieval import RetrievalOutcome
+
+
+def key_of(request) -> ApiKey:
+    """The caller's active key, or a ServiceError: `missing_api_key` / `invalid_api_key` (401),
+    `too_many_failed_attempts` (429)."""
+    raw = bearer_of(request.headers.get("Authorization", ""))
+    return api_key_authenticate(raw=raw, address=request.META.get("REMOTE_ADDR", ""))
+
+
+def caller_of(key: ApiKey, channel: Channel, arguments: dict) -> Caller:
+    return Caller(key_id=key.pk, key_prefix=key.prefix, tool=channel.value, arguments=arguments,
+                  app=str(key.app_id or ""))
+
+
+@contextmanager
+def key_call(key: ApiKey, caller: Caller, question) -> Iterator[dict[str, str]]:
+    """Admit one call on the key (yielding its RateLimit-* headers), then settle it: a refusal is recorded and
+    raised; a failure counts as one; a success adds the model tokens it spent (set `.usage` on the yielded
+    dict's `outcome` key)."""
+    channel = Channel(caller.tool)
+    try:
+        headers = api_key_admit_call(key=key, tool=caller.tool)
+    except ServiceError as exc:
+        question_refused(QuestionRequest(question=question, channel=channel, kb="", caller=caller),
+                         kind=RequestRecord.Kind.SEARCH, error=exc)
+        raise
+    state = {"headers": headers}
+    try:
+        yield state
+    except Exception:
+        api_key_usage_settle(key_id=key.pk, tool=caller.tool, failed=True)
+        raise
+    outcome: RetrievalOutcome | None = state.get("outcome")
+    usage = outcome.usage if outcome is not None else None
+    api_key_usage_settle(key_id=key.pk, tool=caller.tool, prompt_tokens=usage.prompt_tokens if usage else 0,
+                         completion_tokens=usage.completion_tokens if usage else 0)

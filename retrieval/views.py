@@ -1,0 +1,278 @@
+"""The retrieval faces (R1 to R5): seed 002's open retrieval API, RAGFlow's retrieval API and Dify's external
+knowledge API. Each parses its own request into a `RetrievalRequest`, asks `question_retrieve` (channels
+`retrieval_api`, `ragflow`, `dify`), and shapes the outcome and its errors its own way.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from django.http import HttpRequest, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_http_methods
+from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
+from rest_framework import exceptions as drf_exceptions
+from rest_framework.parsers import JSONParser
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from rag.errors import ServiceError
+from rag.models import Channel
+from rag.services.filters import condition_of, filter_of
+from rag.services.retrieval import RetrievalRequest, question_retrieve, retrieval_app_check
+from retrieval import schema
+from retrieval.keys import caller_of, key_call, key_of
+from retrieval.shapes import dify_record, ragflow_data, seed_data
+
+log = logging.getLogger(__name__)
+
+# Seed 002's numeric `code` for each failure (0 is success); the HTTP status is the failure's own.
+SEED_CODES = {
+    "missing_api_key": 1001, "invalid_api_key": 1001, "too_many_failed_attempts": 1002, "rate_limited": 1003,
+    "quota_exceeded": 1004,
+    "app_id_required": 1101, "invalid_app_id": 1102, "key_not_bound": 1103, "app_mismatch": 1104,
+    "app_not_published": 1105,
+    "invalid_request": 1201, "invalid_question": 1202, "question_too_long": 1203, "rag_setting_required": 1204,
+    "invalid_rag_setting": 1205, "invalid_kb_ids": 1206, "kb_ids_required": 1207, "invalid_doc_ids": 1208,
+    "invalid_metadata_condition": 1209,
+    "kb_not_found": 1301, "kb_not_allowed": 1302, "label_value_not_found": 1303,
+    "rerank_not_configured": 1401, "generation_not_configured": 1402, "rerank_failed": 1403, "enhance_failed": 1404,
+    "index_building": 1501, "no_active_version": 1502, "capacity.exceeded": 1503,
+    "internal_error": 1500,
+}
+INTERNAL = ServiceError("internal_error", "The retrieval failed on the server.", status=500)
+
+
+def _list_or_none(body: dict, name: str):
+    value = body.get(name)
+    if value is not None and not isinstance(value, list):
+        raise ServiceError("invalid_request", f"{name} must be a list.")
+    return value
+
+
+def _object_or_none(body: dict, name: str):
+    value = body.get(name)
+    if value is not None and not isinstance(value, dict):
+        raise ServiceError("invalid_request", f"{name} must be an object.")
+    return value
+
+
+def _conditions(metadata_condition, *, logic_key: str):
+    """A RAGFlow or Dify `metadata_condition` as (logic, conditions); (\"and\", None) when there is none."""
+    if metadata_condition is None:
+        return "and", None
+    if not isinstance(metadata_condition, dict):
+        raise ServiceError("invalid_metadata_condition", "metadata_condition must be an object.")
+    logic = metadata_condition.get(logic_key) or metadata_condition.get("logic") or "and"
+    raw = metadata_condition.get("conditions") or []
+    if not isinstance(raw, list) or not all(isinstance(c, dict) for c in raw):
+        raise ServiceError("invalid_metadata_condition", "metadata_condition.conditions must be a list of objects.")
+    return (logic.lower() if isinstance(logic, str) else logic,
+            [condition_of(c.get("name"), c.get("comparison_operator"), c.get("value")) for c in raw])
+
+
+# -- seed 002: POST /api/v1/retrieval --------------------------------------------------------------------
+
+
+def seed_failure(exc: Exception) -> Response:
+    error = exc if isinstance(exc, ServiceError) else INTERNAL
+    if not isinstance(exc, ServiceError):
+        log.exception("retrieval API request failed")
+    body = {"code": SEED_CODES.get(error.code, SEED_CODES["internal_error"]), "msg": error.message,
+            "message": error.message, "error": error.code, "data": None}
+    if error.request_id:
+        body["request_id"] = error.request_id
+    return Response(body, status=error.status, headers=error.headers)
+
+
+class RetrievalApi(APIView):
+    """Seed 002's open retrieval call: ranked chunks of an app's knowledge bases, no generation."""
+
+    authentication_classes: list = []
+    permission_classes: list = []
+    parser_classes = [JSONParser]
+
+    def handle_exception(self, exc):
+        if isinstance(exc, drf_exceptions.ParseError | drf_exceptions.UnsupportedMediaType):
+            exc = ServiceError("invalid_request", "The body must be a JSON object (Content-Type: application/json).")
+        elif isinstance(exc, drf_exceptions.MethodNotAllowed):
+            exc = ServiceError("invalid_request", "Use POST.", status=405)
+        return seed_failure(exc)
+
+    @extend_schema(summary="Retrieve ranked chunks (seed 002)", auth=[{"ApiKey": []}], request=schema.SEED_REQUEST,
+                   responses={200: OpenApiResponse(schema.SEED_SUCCESS, "code 0 and the chunks."),
+                              **{status: OpenApiResponse(schema.SEED_FAILURE, codes)
+                                 for status, codes in schema.SEED_FAILURES.items()}},
+                   examples=[OpenApiExample("open call", request_only=True, value=schema.SEED_EXAMPLE)])
+    def post(self, request):
+        key = key_of(request)
+        body = request.data
+        if not isinstance(body, dict):
+            raise ServiceError("invalid_request", "The body must be a JSON object.")
+        caller = caller_of(key, Channel.RETRIEVAL_API, body)
+        with key_call(key, caller, body.get("question")) as call:
+            app_id = body.get("app_id") if body.get("app_id") is not None else body.get("dialog_id")
+            app = retrieval_app_check(key_app=key.app, app_id=app_id)
+            rag_setting = _object_or_none(body, "rag_setting")
+            if rag_setting is None:
+                raise ServiceError("rag_setting_required", "rag_setting is required for an open call (it may be {}).")
+            metadata = _object_or_none(body, "metadata") or {}
+            overrides = metadata.get("rag_setting")
+            if overrides is not None and not isinstance(overrides, dict):
+                raise ServiceError("invalid_rag_setting", "metadata.rag_setting must be an object.")
+            for reserved in ("graph_ids", "ontology_ids"):
+                _list_or_none(body, reserved)
+            logic, conditions = _conditions(metadata.get("metadata_condition"), logic_key="logic")
+            document_filter = filter_of(doc_ids=_list_or_none(body, "doc_ids"), conditions=conditions, logic=logic)
+            kb_ids = body.get("kb_ids")
+            outcome = question_retrieve(RetrievalRequest(
+                question=body.get("question"), channel=Channel.RETRIEVAL_API, kb_ids=kb_ids, app=app,
+                settings=(rag_setting, overrides), filter=document_filter, caller=caller))
+            call["outcome"] = outcome
+        return Response({"code": 0, "msg": "success", "message": "success", "data": seed_data(outcome),
+                         "request_id": outcome.request_id}, headers=call["headers"])
+
+
+# -- RAGFlow: POST /ragflow/api/v1/retrieval ------------------------------------------------------------
+
+# RAGFlow's RetCode values (common/constants.py): 101 argument error, 102 data error, 103 operating error,
+# 109 authentication error, 100 exception; HTTP 200 except for a refused key (401) and a spent limit (429).
+RAGFLOW_CODES = {"missing_api_key": 109, "invalid_api_key": 109, "too_many_failed_attempts": 109,
+                 "kb_not_found": 102, "kb_not_allowed": 102, "label_value_not_found": 102, "kb_ids_required": 102,
+                 "index_building": 103, "no_active_version": 102, "rerank_not_configured": 103,
+                 "generation_not_configured": 103, "rerank_failed": 103, "enhance_failed": 103,
+                 "rate_limited": 103, "quota_exceeded": 103, "capacity.exceeded": 103, "internal_error": 100}
+RAGFLOW_PAGE_SIZE = 30
+RAGFLOW_MAX_PAGE_SIZE = 1024
+
+
+def _json_body(request: HttpRequest):
+    if not request.body.strip():
+        return None
+    try:
+        return json.loads(request.body)
+    except (ValueError, RecursionError):
+        raise ServiceError("invalid_request", "The body must be JSON.") from None
+
+
+def _ragflow_failure(exc: Exception) -> JsonResponse:
+    error = exc if isinstance(exc, ServiceError) else INTERNAL
+    if not isinstance(exc, ServiceError):
+        log.exception("RAGFlow retrieval request failed")
+    status = error.status if error.status in (401, 429) else 200
+    response = JsonResponse({"code": RAGFLOW_CODES.get(error.code, 101), "message": error.message,
+                             "error": error.code}, status=status)
+    for name, value in error.headers.items():
+        response[name] = value
+    return response
+
+
+def _integer_or(value, default: int, name: str, low: int, high: int) -> int:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ServiceError("invalid_request", f"{name} must be an integer from {low} to {high}.")
+    return value
+
+
+@csrf_exempt
+@require_http_methods(["POST"])
+def ragflow_retrieval(request: HttpRequest) -> JsonResponse:
+    """RAGFlow's `POST /api/v1/retrieval`, so `ragflow_sdk.RAGFlow(key, base_url=".../ragflow").retrieve()` works."""
+    try:
+        key = key_of(request)
+        body = _json_body(request) or {}
+        if not isinstance(body, dict):
+            raise ServiceError("invalid_request", "The body must be a JSON object.")
+        caller = caller_of(key, Channel.RAGFLOW, body)
+        with key_call(key, caller, body.get("question")) as call:
+            if key.app is not None and not key.app.published:
+                raise ServiceError("app_not_published", f"Retrieval app {key.app_id} is not published.", status=403)
+            page = _integer_or(body.get("page"), 1, "page", 1, 100_000)
+            page_size = _integer_or(body.get("page_size"), RAGFLOW_PAGE_SIZE, "page_size", 1, RAGFLOW_MAX_PAGE_SIZE)
+            setting = {"similarity_threshold": body.get("similarity_threshold"),
+                       "dense_weight": body.get("vector_similarity_weight"), "top_k": body.get("top_k"),
+                       "top_n": page_size}
+            if body.get("rerank_id"):
+                setting["enable_rerank"] = True
+            keyword = body.get("keyword")
+            if keyword is not None and not isinstance(keyword, bool):
+                raise ServiceError("invalid_request", "keyword must be true or false.")
+            if keyword:
+                setting["enable_agent_enhance_search"] = True
+            top_k = setting["top_k"]
+            if isinstance(top_k, int) and not isinstance(top_k, bool) and top_k > 1024:
+                setting["top_k"] = 1024  # RAGFlow takes any positive top_k; the candidates stop at 1024 here
+            logic, conditions = _conditions(body.get("metadata_condition"), logic_key="logic")
+            document_filter = filter_of(doc_ids=_list_or_none(body, "document_ids"), conditions=conditions,
+                                        logic=logic)
+            question = body.get("question")
+            outcome = question_retrieve(RetrievalRequest(
+                question=question, channel=Channel.RAGFLOW, kb_ids=body.get("dataset_ids"), app=key.app,
+                settings=(setting,), filter=document_filter, offset=(page - 1) * page_size, caller=caller,
+                summary=False))
+            call["outcome"] = outcome
+    except Exception as exc:  # noqa: BLE001 - every failure becomes RAGFlow's {code, message}
+        return _ragflow_failure(exc)
+    highlight = body.get("highlight") is True
+    response = JsonResponse({"code": 0, "data": ragflow_data(outcome, with_highlight=highlight)})
+    for name, value in call["headers"].items():
+        response[name] = value
+    return response
+
+
+# -- Dify: POST /dify/retrieval -----------------------------------------------------------------------
+
+DIFY_ERRORS = {"missing_api_key": (1001, 403), "invalid_api_key": (1002, 403), "too_many_failed_attempts": (1002, 403),
+               "kb_not_found": (2001, 404), "kb_not_allowed": (2001, 404), "app_not_published": (1002, 403)}
+
+
+def _dify_failure(exc: Exception) -> JsonResponse:
+    error = exc if isinstance(exc, ServiceError) else INTERNAL
+    if not isinstance(exc, ServiceError):
+        log.exception("Dify retrieval request failed")
+    code, status = DIFY_ERRORS.get(error.code, (None, error.status))
+    if error.code == "invalid_api_key" and error.message.startswith("Send the key as"):
+        code = 1001  # not `Bearer <key>`: the header's format
+    response = JsonResponse({"error_code": code if code is not None else error.status, "error_msg": error.message,
+                             "error": error.code}, status=status)
+    for name, value in error.headers.items():
+        if name.lower() != "www-authenticate":
+            response[name] = value
+    return response
+
+
+@csrf_exempt
+@require_http_methods(["POST"])
+def dify_retrieval(request: HttpRequest) -> JsonResponse:
+    """Dify's external knowledge API: `{knowledge_id, query, retrieval_setting, metadata_condition?}` → records.
+    Dify checks a new connection by posting here with its key and no body: the key is checked first (403 when
+    bad), then the missing body answers 400."""
+    try:
+        key = key_of(request)
+        body = _json_body(request)
+        if body is None:
+            raise ServiceError("invalid_request", "The body must be {knowledge_id, query, retrieval_setting}.")
+        if not isinstance(body, dict):
+            raise ServiceError("invalid_request", "The body must be a JSON object.")
+        caller = caller_of(key, Channel.DIFY, body)
+        with key_call(key, caller, body.get("query")) as call:
+            if key.app is not None and not key.app.published:
+                raise ServiceError("app_not_published", f"Retrieval app {key.app_id} is not published.", status=403)
+            knowledge_id = body.get("knowledge_id")
+            if not isinstance(knowledge_id, str | int) or isinstance(knowledge_id, bool) or knowledge_id == "":
+                raise ServiceError("invalid_request", "knowledge_id must be a knowledge base id.")
+            retrieval_setting = body.get("retrieval_setting") or {}
+            if not isinstance(retrieval_setting, dict):
+                raise ServiceError("invalid_request", "retrieval_setting must be an object.")
+            top_k = retrieval_setting.get("top_k")
+            setting = {"top_k": top_k, "top_n": top_k, "similarity_threshold": retrieval_setting.get("score_threshold")}
+            logic, conditions = _conditions(body.get("metadata_condition"), logic_key="logical_operator")
+            outcome = question_retrieve(RetrievalRequest(
+                question=body.get("query"), channel=Channel.DIFY, kb_ids=[knowledge_id], app=key.app,
+                settings=(setting,), filter=filter_of(conditions=conditions, logic=logic), caller=caller))
+            call["outcome"] = outcome
+    except Exception as exc:  # noqa: BLE001 - every failure becomes Dify's {error_code, error_msg}
+        return _dify_failure(exc)
+    return JsonResponse({"records": [dify_record(c) for c in outcome.chunks]})
