@@ -23,12 +23,12 @@ from assistant.services import feedback_submit, web_chat, web_search
 from rag.api import error_response, response_header
 from rag.errors import ServiceError
 from rag.services.questions import MAX_CHUNK_ID_CHARS, MAX_EXCLUDE, MAX_QUESTION_CHARS, MAX_TOP_K
-from rag.services.records import MAX_KB_CHARS
+from rag.services.records import MAX_KB_CHARS, QUESTION_REGEX
 
 LIMITS = (MaxLengthValidator, MinLengthValidator, MaxValueValidator, MinValueValidator,
           ProhibitNullCharactersValidator, RegexValidator)
 # Not blank after stripping whitespace, and no NUL character: the question service's rule, as a pattern.
-QUESTION_PATTERN = RegexValidator(r"^[^\x00]*[^\s\x00][^\x00]*$")
+QUESTION_PATTERN = RegexValidator(QUESTION_REGEX)
 KB_PATTERN = RegexValidator(r"^[-a-z0-9_]+$")  # a slug (slugify keeps these characters)
 
 

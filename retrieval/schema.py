@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 from rag.services.retrieval import MAX_KBS, MAX_TOP_K, MAX_TOP_N
-from rag.services.records import MAX_QUESTION_CHARS
+from drf_spectacular.openapi import AutoSchema
 
-_ID = {"oneOf": [{"type": "integer"}, {"type": "string", "minLength": 1, "maxLength": 64}]}
+from rag.services.filters import MAX_ID
+from rag.services.records import MAX_QUESTION_CHARS, QUESTION_REGEX
+
+_ID = {"oneOf": [{"type": "integer", "minimum": 1, "maximum": MAX_ID},
+                 {"type": "string", "minLength": 1, "maxLength": 64, "pattern": r"^(?![0-9]+$)|^[1-9][0-9]{0,17}$"}]}
+_INT_ID = {"type": "integer", "minimum": 1, "maximum": MAX_ID}
 _IDS = {"type": "array", "items": _ID, "maxItems": MAX_KBS}
 _UNIT = {"type": "number", "minimum": 0, "maximum": 1}
 
@@ -23,7 +28,7 @@ RAG_SETTING = {
         "enable_llm_rerank": {"type": "boolean", "description": "Rerank by the generation model (1402 when none)."},
         "rank_score_threshold": {**_UNIT, "description": "After a rerank, keep chunks whose rank_score is at least "
                                  "this (default 0)."},
-        "label_value_ids": {"type": "array", "items": {"type": "integer"}, "maxItems": 1000,
+        "label_value_ids": {"type": "array", "items": _INT_ID, "maxItems": 1000,
                             "description": "Documents with these label values: any value of a label, every label."},
         "enable_agent_enhance_search": {"type": "boolean", "description": "The model adds search keywords and "
                                         "writes `summary` (1402 when no model)."},
@@ -37,12 +42,13 @@ RAG_SETTING = {
 SEED_REQUEST = {
     "type": "object",
     "required": ["question", "rag_setting", "kb_ids"],
+    "anyOf": [{"required": ["dialog_id"]}, {"required": ["app_id"]}],
     "properties": {
-        "question": {"type": "string", "minLength": 1, "maxLength": MAX_QUESTION_CHARS, "pattern": r"\S"},
-        "dialog_id": {"type": "integer", "description": "The retrieval app the key is bound to."},
-        "app_id": {"type": "integer", "description": "The same as dialog_id; wins when both are given."},
+        "question": {"type": "string", "minLength": 1, "maxLength": MAX_QUESTION_CHARS, "pattern": QUESTION_REGEX},
+        "dialog_id": {**_INT_ID, "description": "The retrieval app the key is bound to."},
+        "app_id": {**_INT_ID, "description": "The same as dialog_id; wins when both are given."},
         "kb_ids": {**_IDS, "minItems": 1, "description": "Knowledge base ids (or slugs), all of the app's."},
-        "doc_ids": {"type": "array", "items": {"type": "integer"}, "maxItems": 1000,
+        "doc_ids": {"type": "array", "items": _INT_ID, "maxItems": 1000,
                     "description": "Only these documents; empty: every document."},
         "graph_ids": {"type": "array", "items": {}, "description": "Reserved."},
         "ontology_ids": {"type": "array", "items": {}, "description": "Reserved."},
@@ -89,14 +95,25 @@ SEED_FAILURES = {
     403: "1103 key_not_bound, 1104 app_mismatch, 1105 app_not_published, 1302 kb_not_allowed.",
     404: "1301 kb_not_found, 1303 label_value_not_found.",
     405: "1201 invalid_request: use POST.",
-    409: "1502 no_active_version.",
+    409: "1401 rerank_not_configured, 1402 generation_not_configured (the option needs a model this server lacks), 1502 "
+         "no_active_version.",
     429: "1002 too_many_failed_attempts, 1003 rate_limited, 1004 quota_exceeded, 1503 capacity.exceeded.",
     500: "1500 internal_error.",
     502: "1403 rerank_failed, 1404 enhance_failed.",
-    503: "1401 rerank_not_configured, 1402 generation_not_configured, 1501 index_building.",
+    503: "1501 index_building.",
 }
 SEED_EXAMPLE = {
     "dialog_id": 1, "question": "How do I add a mesh to a scene?", "kb_ids": [1, 2],
     "rag_setting": {"similarity_threshold": 0.2, "dense_weight": 0.5, "top_k": 30, "top_n": 5},
     "metadata": {"rag_setting": {"top_n": 3}},
 }
+
+
+class RequiredBody(AutoSchema):
+    """drf-spectacular marks a raw request schema optional: this body is required (no body is 1201)."""
+
+    def _get_request_body(self, direction="request"):
+        body = super()._get_request_body(direction)
+        if body is not None:
+            body["required"] = True
+        return body

@@ -10,7 +10,6 @@ import logging
 
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_http_methods
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
 from rest_framework import exceptions as drf_exceptions
 from rest_framework.parsers import JSONParser
@@ -21,7 +20,7 @@ from rag.errors import ServiceError
 from rag.models import Channel
 from rag.services.filters import condition_of, filter_of
 from rag.services.retrieval import RetrievalRequest, question_retrieve, retrieval_app_check
-from retrieval import schema
+from retrieval import schema as openapi
 from retrieval.keys import caller_of, key_call, key_of
 from retrieval.shapes import dify_record, ragflow_data, seed_data
 
@@ -38,10 +37,11 @@ SEED_CODES = {
     "invalid_metadata_condition": 1209,
     "kb_not_found": 1301, "kb_not_allowed": 1302, "label_value_not_found": 1303,
     "rerank_not_configured": 1401, "generation_not_configured": 1402, "rerank_failed": 1403, "enhance_failed": 1404,
-    "index_building": 1501, "no_active_version": 1502, "capacity.exceeded": 1503,
+    "index_building": 1501, "no_active_version": 1502, "capacity.exceeded": 1503, "method_not_allowed": 1201,
     "internal_error": 1500,
 }
 INTERNAL = ServiceError("internal_error", "The retrieval failed on the server.", status=500)
+METHOD_NOT_ALLOWED = ServiceError("method_not_allowed", "Use POST.", status=405, headers={"Allow": "POST"})
 
 
 def _list_or_none(body: dict, name: str):
@@ -58,14 +58,19 @@ def _object_or_none(body: dict, name: str):
     return value
 
 
-def _conditions(metadata_condition, *, logic_key: str):
-    """A RAGFlow or Dify `metadata_condition` as (logic, conditions); (\"and\", None) when there is none."""
+def _conditions(metadata_condition, *, logic_key: str, null_conditions_filter: bool = True):
+    """A RAGFlow or Dify `metadata_condition` as (logic, conditions); ("and", None) when there is none. An object
+    without conditions matches nothing, as RAGFlow's does; Dify sends `conditions: null` for no filter
+    (`null_conditions_filter=False`)."""
     if metadata_condition is None:
         return "and", None
     if not isinstance(metadata_condition, dict):
         raise ServiceError("invalid_metadata_condition", "metadata_condition must be an object.")
     logic = metadata_condition.get(logic_key) or metadata_condition.get("logic") or "and"
-    raw = metadata_condition.get("conditions") or []
+    raw = metadata_condition.get("conditions")
+    if raw is None and not null_conditions_filter:
+        return "and", None
+    raw = raw or []
     if not isinstance(raw, list) or not all(isinstance(c, dict) for c in raw):
         raise ServiceError("invalid_metadata_condition", "metadata_condition.conditions must be a list of objects.")
     return (logic.lower() if isinstance(logic, str) else logic,
@@ -92,19 +97,20 @@ class RetrievalApi(APIView):
     authentication_classes: list = []
     permission_classes: list = []
     parser_classes = [JSONParser]
+    schema = openapi.RequiredBody()
 
     def handle_exception(self, exc):
         if isinstance(exc, drf_exceptions.ParseError | drf_exceptions.UnsupportedMediaType):
             exc = ServiceError("invalid_request", "The body must be a JSON object (Content-Type: application/json).")
         elif isinstance(exc, drf_exceptions.MethodNotAllowed):
-            exc = ServiceError("invalid_request", "Use POST.", status=405)
+            exc = METHOD_NOT_ALLOWED
         return seed_failure(exc)
 
-    @extend_schema(summary="Retrieve ranked chunks (seed 002)", auth=[{"ApiKey": []}], request=schema.SEED_REQUEST,
-                   responses={200: OpenApiResponse(schema.SEED_SUCCESS, "code 0 and the chunks."),
-                              **{status: OpenApiResponse(schema.SEED_FAILURE, codes)
-                                 for status, codes in schema.SEED_FAILURES.items()}},
-                   examples=[OpenApiExample("open call", request_only=True, value=schema.SEED_EXAMPLE)])
+    @extend_schema(summary="Retrieve ranked chunks (seed 002)", auth=[{"ApiKey": []}], request={"application/json": openapi.SEED_REQUEST},
+                   responses={200: OpenApiResponse(openapi.SEED_SUCCESS, "code 0 and the chunks."),
+                              **{status: OpenApiResponse(openapi.SEED_FAILURE, codes)
+                                 for status, codes in openapi.SEED_FAILURES.items()}},
+                   examples=[OpenApiExample("open call", request_only=True, value=openapi.SEED_EXAMPLE)])
     def post(self, request):
         key = key_of(request)
         body = request.data
@@ -160,7 +166,7 @@ def _ragflow_failure(exc: Exception) -> JsonResponse:
     error = exc if isinstance(exc, ServiceError) else INTERNAL
     if not isinstance(exc, ServiceError):
         log.exception("RAGFlow retrieval request failed")
-    status = error.status if error.status in (401, 429) else 200
+    status = error.status if error.status in (401, 405, 429) else 200
     response = JsonResponse({"code": RAGFLOW_CODES.get(error.code, 101), "message": error.message,
                              "error": error.code}, status=status)
     for name, value in error.headers.items():
@@ -177,9 +183,10 @@ def _integer_or(value, default: int, name: str, low: int, high: int) -> int:
 
 
 @csrf_exempt
-@require_http_methods(["POST"])
 def ragflow_retrieval(request: HttpRequest) -> JsonResponse:
     """RAGFlow's `POST /api/v1/retrieval`, so `ragflow_sdk.RAGFlow(key, base_url=".../ragflow").retrieve()` works."""
+    if request.method != "POST":
+        return _ragflow_failure(METHOD_NOT_ALLOWED)
     try:
         key = key_of(request)
         body = _json_body(request) or {}
@@ -244,11 +251,12 @@ def _dify_failure(exc: Exception) -> JsonResponse:
 
 
 @csrf_exempt
-@require_http_methods(["POST"])
 def dify_retrieval(request: HttpRequest) -> JsonResponse:
     """Dify's external knowledge API: `{knowledge_id, query, retrieval_setting, metadata_condition?}` → records.
     Dify checks a new connection by posting here with its key and no body: the key is checked first (403 when
     bad), then the missing body answers 400."""
+    if request.method != "POST":
+        return _dify_failure(METHOD_NOT_ALLOWED)
     try:
         key = key_of(request)
         body = _json_body(request)
@@ -268,7 +276,8 @@ def dify_retrieval(request: HttpRequest) -> JsonResponse:
                 raise ServiceError("invalid_request", "retrieval_setting must be an object.")
             top_k = retrieval_setting.get("top_k")
             setting = {"top_k": top_k, "top_n": top_k, "similarity_threshold": retrieval_setting.get("score_threshold")}
-            logic, conditions = _conditions(body.get("metadata_condition"), logic_key="logical_operator")
+            logic, conditions = _conditions(body.get("metadata_condition"), logic_key="logical_operator",
+                                            null_conditions_filter=False)
             outcome = question_retrieve(RetrievalRequest(
                 question=body.get("query"), channel=Channel.DIFY, kb_ids=[knowledge_id], app=key.app,
                 settings=(setting,), filter=filter_of(conditions=conditions, logic=logic), caller=caller))

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from rag.errors import ServiceError
 from rag.models import Document, KnowledgeBase, LabelValue
 
+MAX_ID = 2**63 - 1  # a database id; a larger integer names nothing
+
 MAX_CONDITIONS = 50
 MAX_DOC_IDS = 1000
 OPERATORS = {
@@ -57,12 +59,21 @@ class DocumentFilter:
         return not self.doc_ids and not self.label_value_ids and self.conditions is None
 
 
+def is_id(value) -> bool:
+    """A database id as the retrieval APIs take it: a positive integer, or a short string."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return 1 <= value <= MAX_ID
+    return isinstance(value, str) and 0 < len(value) <= 64 and (not value.isdigit() or 1 <= int(value) <= MAX_ID)
+
+
 def condition_of(name, operator, value=None) -> Condition:
     """One condition as a face received it; raise `invalid_metadata_condition` when it is malformed."""
     names = tuple(name) if isinstance(name, list) else (name,)
     if not names or not all(isinstance(n, str) and 0 < len(n) <= 100 for n in names):
         raise ServiceError("invalid_metadata_condition", "A condition's name must be a field name (or a list of them).")
-    canonical = OPERATORS.get(operator.strip().lower() if isinstance(operator, str) else operator)
+    canonical = OPERATORS.get(operator.strip().lower()) if isinstance(operator, str) else None
     if canonical is None:
         raise ServiceError("invalid_metadata_condition", f"Unknown comparison operator {operator!r}; use one of: "
                            + ", ".join(sorted(set(OPERATORS))) + ".")
@@ -77,8 +88,7 @@ def condition_of(name, operator, value=None) -> Condition:
 def filter_of(*, doc_ids=(), label_value_ids=(), conditions=None, logic="and") -> DocumentFilter:
     """Check a face's filter parts: `conditions` is a list of Conditions, or None for no metadata filter."""
     doc_ids = tuple(doc_ids or ())
-    if len(doc_ids) > MAX_DOC_IDS or not all(
-            (isinstance(d, int) and not isinstance(d, bool)) or (isinstance(d, str) and d.isdigit()) for d in doc_ids):
+    if len(doc_ids) > MAX_DOC_IDS or not all(is_id(d) and str(d).isdigit() for d in doc_ids):
         raise ServiceError("invalid_doc_ids", f"doc_ids must be a list of at most {MAX_DOC_IDS} document ids.")
     if logic not in ("and", "or"):
         raise ServiceError("invalid_metadata_condition", "logic must be \"and\" or \"or\".")
@@ -164,6 +174,8 @@ def _when(value) -> datetime.datetime | None:
         when = datetime.datetime.fromisoformat(str(value).strip().replace("Z", "+00:00"))
     except ValueError:
         return None
+    if when.tzinfo is not None:  # a moment: compared in UTC; a time without offset is taken as written
+        when = when.astimezone(datetime.timezone.utc)
     return when.replace(tzinfo=None)
 
 

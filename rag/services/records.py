@@ -7,6 +7,7 @@ again from the raw fields.
 
 from __future__ import annotations
 
+import re
 import uuid
 from typing import TYPE_CHECKING
 
@@ -16,7 +17,9 @@ from rag.models import RequestRecord
 if TYPE_CHECKING:
     from rag.engine.types import Answer, SearchResult
 
+SURROGATE_RE = re.compile("[\ud800-\udfff]")
 MAX_QUESTION_CHARS = 2000
+QUESTION_REGEX = r"^[^\x00]*[^\s\x00][^\x00]*$"  # not blank after stripping, no NUL: the service's rule as a pattern
 MAX_KB_CHARS = 64
 Outcome = RequestRecord.Outcome
 
@@ -51,8 +54,9 @@ def outcome_of(*, result: SearchResult | None, answer: Answer | None, error_code
 
 
 def _text(value, limit: int) -> str:
-    """A string as stored: cut to size, NUL (which PostgreSQL refuses in text and JSON) replaced."""
-    return value[:limit].replace("\x00", "\ufffd") if isinstance(value, str) else ""
+    """A string as stored: cut to size, NUL and lone surrogates (which PostgreSQL refuses in text and JSON)
+    replaced."""
+    return SURROGATE_RE.sub("\ufffd", value[:limit].replace("\x00", "\ufffd")) if isinstance(value, str) else ""
 
 
 def _json_safe(value):

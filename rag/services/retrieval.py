@@ -25,7 +25,7 @@ from rag.engine.weighted import ScoredHit, WeightedRetriever, content_tokens, hi
 from rag.errors import ServiceError
 from rag.models import Channel, Document, KnowledgeBase, RequestRecord, RetrievalApp
 from rag.pipeline import get_engine
-from rag.services.filters import DocumentFilter, documents_allowed
+from rag.services.filters import DocumentFilter, documents_allowed, is_id
 from rag.services.questions import Caller, CapacityGate, QuestionRequest, held, question_call, validated_question, version_of
 
 MAX_TOP_K = 1024  # candidates (RAGFlow's SDK asks for 1024 by default)
@@ -81,9 +81,7 @@ def _flag(name: str, value) -> bool:
 
 
 def _ids(name: str, value, limit: int = 1000) -> tuple:
-    if not isinstance(value, list | tuple) or len(value) > limit or not all(
-            (isinstance(v, int) and not isinstance(v, bool)) or (isinstance(v, str) and 0 < len(v) <= 64)
-            for v in value):
+    if not isinstance(value, list | tuple) or len(value) > limit or not all(is_id(v) for v in value):
         raise _invalid(name, f"a list of at most {limit} ids")
     return tuple(value)
 
@@ -138,10 +136,7 @@ def setting_of(*layers) -> RetrievalSetting:
         for name, value in layer.items():
             if name in _CHECKS and value is not None:
                 values[name] = _CHECKS[name](value)
-    setting = RetrievalSetting(**values)
-    if setting.enable_rerank and setting.enable_llm_rerank:
-        raise ServiceError("invalid_rag_setting", "Choose one of rag_setting.enable_rerank and enable_llm_rerank.")
-    return setting
+    return RetrievalSetting(**values)
 
 
 # -- what was asked, what was found ------------------------------------------------------------------------
@@ -209,7 +204,7 @@ class RetrievalOutcome:
     keywords: str  # the model's search keywords (enhanced search)
     setting: RetrievalSetting
     knowledge_bases: tuple[KnowledgeBase, ...]
-    rerank: str  # "api", "llm" or "none"
+    rerank: str  # "api", "llm", "api+llm" (the API, then the model) or "none"
     latency_ms: float
     usage: Usage
 
@@ -228,9 +223,9 @@ class _Candidate:
 
 NOT_CONFIGURED = {
     "rerank": ServiceError("rerank_not_configured", "enable_rerank needs a rerank API (RAG_RERANK_BASE_URL); "
-                           "none is configured.", status=503),
+                           "none is configured.", status=409),
     "llm": ServiceError("generation_not_configured", "This option needs a generation model "
-                        "(RAG_GENERATION_BASE_URL); none is configured.", status=503),
+                        "(RAG_GENERATION_BASE_URL); none is configured.", status=409),
 }
 
 
@@ -314,8 +309,7 @@ def knowledge_bases_of(kb_ids, app: RetrievalApp | None) -> list[KnowledgeBase]:
     knowledge bases when there is an app."""
     if kb_ids is None or (isinstance(kb_ids, list | tuple) and not kb_ids):
         raise ServiceError("kb_ids_required", "Name at least one knowledge base (kb_ids).")
-    if not isinstance(kb_ids, list | tuple) or len(kb_ids) > MAX_KBS or not all(
-            (isinstance(k, int) and not isinstance(k, bool)) or (isinstance(k, str) and 0 < len(k) <= 64) for k in kb_ids):
+    if not isinstance(kb_ids, list | tuple) or len(kb_ids) > MAX_KBS or not all(is_id(k) for k in kb_ids):
         raise ServiceError("invalid_kb_ids", f"kb_ids must be a list of at most {MAX_KBS} knowledge base ids.")
     found: list[KnowledgeBase] = []
     for given in dict.fromkeys(kb_ids):
@@ -338,8 +332,8 @@ def retrieval_app_check(*, key_app: RetrievalApp | None, app_id) -> RetrievalApp
     """The app of an open call: the one the key is bound to, which must be the one named and published."""
     if app_id is None:
         raise ServiceError("app_id_required", "Name the retrieval app (dialog_id or app_id).")
-    if isinstance(app_id, bool) or not isinstance(app_id, int | str) or not str(app_id).isdigit():
-        raise ServiceError("invalid_app_id", "dialog_id and app_id must be integers.")
+    if not is_id(app_id) or not str(app_id).isdigit():
+        raise ServiceError("invalid_app_id", "dialog_id and app_id must be positive integers.")
     if key_app is None:
         raise ServiceError("key_not_bound", "This API key is not bound to a retrieval app.", status=403)
     if key_app.pk != int(app_id):
@@ -356,27 +350,34 @@ def _mask(reader, paths: set[str]):
 
 
 def _reranked(engine, question: str, passing: list[_Candidate], setting: RetrievalSetting):
-    """Reorder the passing candidates by the rerank API or the model; keep those at or above the rank threshold.
-    The model reads at most RAG_RERANK_CANDIDATES of them (a listwise prompt): the others drop out."""
-    backend = "api" if setting.enable_rerank else "llm"
-    reranker = engine.rerankers.get(backend)
-    if reranker is None:
-        raise NOT_CONFIGURED["rerank" if backend == "api" else "llm"]
-    if backend == "llm":
-        passing = passing[:engine.rerank_candidates]
-    hits = [Hit(chunk=c.hit.chunk, score=c.hit.similarity, source="weighted", rank=n)
-            for n, c in enumerate(passing, start=1)]
-    result = reranker.run(question, hits)
-    if result.backend == "none":
-        raise ServiceError("rerank_failed", f"The reranker gave no order: {result.error}", status=502)
-    position_of = {id(hit.chunk): n for n, hit in enumerate(hits)}  # a reranked hit keeps its chunk object
-    order = []
-    for hit in result.hits:
-        score = min(1.0, max(0.0, float(hit.score))) if hit.source == "rerank" else 0.0
-        if score >= setting.rank_score_threshold:
-            order.append(replace(passing[position_of[id(hit.chunk)]], rank_score=score))
-    order.sort(key=lambda c: -c.rank_score)
-    return order, backend, result.usage
+    """Reorder the passing candidates by the rerank API, then (or only) by the model, each asked for when its
+    option is on; keep those whose last rank score is at or above the rank threshold. The model reads at most
+    RAG_RERANK_CANDIDATES of them (a listwise prompt): the others drop out."""
+    stages = [backend for backend, wanted in (("api", setting.enable_rerank), ("llm", setting.enable_llm_rerank))
+              if wanted]
+    rerankers = []
+    for backend in stages:  # every asked-for reranker must exist before any is called
+        reranker = engine.rerankers.get(backend)
+        if reranker is None:
+            raise NOT_CONFIGURED["rerank" if backend == "api" else "llm"]
+        rerankers.append((backend, reranker))
+    usage = Usage()
+    for backend, reranker in rerankers:
+        if backend == "llm":
+            passing = passing[:engine.rerank_candidates]
+        hits = [Hit(chunk=c.hit.chunk, score=c.score, source="weighted", rank=n) for n, c in enumerate(passing, start=1)]
+        result = reranker.run(question, hits)
+        if result.backend == "none":
+            raise ServiceError("rerank_failed", f"The reranker gave no order: {result.error}", status=502)
+        usage = Usage(usage.prompt_tokens + result.usage.prompt_tokens,
+                      usage.completion_tokens + result.usage.completion_tokens)
+        position_of = {id(hit.chunk): n for n, hit in enumerate(hits)}  # a reranked hit keeps its chunk object
+        passing = [replace(passing[position_of[id(hit.chunk)]],
+                           rank_score=min(1.0, max(0.0, float(hit.score))) if hit.source == "rerank" else 0.0)
+                   for hit in result.hits]
+        passing.sort(key=lambda c: -c.rank_score)
+    kept = [c for c in passing if c.rank_score >= setting.rank_score_threshold]
+    return kept, "+".join(stages), usage
 
 
 def _by_priority(passing: list[_Candidate], priority: tuple[tuple[str, tuple], ...], kbs) -> list[_Candidate]:

@@ -17,6 +17,7 @@ from schemathesis.engine import events, from_schema
 
 from apikeys.services import api_key_issue
 from conftest import local_moment
+from rag.models import RetrievalApp
 from rag.tests.conftest import make_built_kb
 
 pytestmark = [pytest.mark.django_db(transaction=True),  # the live server answers from its own thread
@@ -53,9 +54,12 @@ def run_schemathesis(url: str, headers: dict[str, str]) -> tuple[list[str], coll
 
 def test_schemathesis_finds_nothing_wrong_with_the_schema(live_server, corpus_copy, settings, caplog):
     settings.RAG_DEFAULT_KB = "sdk"
-    make_built_kb(corpus_copy)
+    kb = make_built_kb(corpus_copy)
     owner = get_user_model().objects.create_user("li.wei", password="x")
-    _key, secret = api_key_issue(owner=owner, name="schemathesis")
+    key, secret = api_key_issue(owner=owner, name="schemathesis")
+    key.app = RetrievalApp.objects.create(name="schemathesis", published=True)  # the open retrieval API's app
+    key.app.knowledge_bases.set([kb])
+    key.save(update_fields=["app"])
     caplog.set_level("CRITICAL", logger="django.request")  # thousands of expected 4xx lines
 
     failures, statuses = run_schemathesis(live_server.url, {"Authorization": f"Bearer {secret}"})
@@ -63,5 +67,6 @@ def test_schemathesis_finds_nothing_wrong_with_the_schema(live_server, corpus_co
     assert failures == [], "\n\n".join(failures)
     # Not vacuous: every operation was reached and answered, not only refused.
     for path, status in [("/api/search", 200), ("/api/chat", 200), ("/api/keys/usage", 200),
-                         ("/api/keys/usage", 401), ("/api/feedback", 403), ("/api/search", 405)]:
+                         ("/api/keys/usage", 401), ("/api/feedback", 403), ("/api/search", 405),
+                         ("/api/v1/retrieval", 200), ("/api/v1/retrieval", 400)]:
         assert statuses[(path, status)] > 0, (path, status, json.dumps(sorted(map(str, statuses.items()))))
