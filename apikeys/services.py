@@ -33,8 +33,10 @@ def _new_key() -> tuple[str, str]:
     return prefix, f"{prefix}_{secrets.token_urlsafe(32)}"  # 256 bits of secret
 
 
-def api_key_issue(*, owner, name: str, expires_at=None, daily_quota=None, rate_limit_per_minute=None) -> tuple[ApiKey, str]:
-    """Create a key; return the row and the whole key, which is shown this once and never again."""
+def api_key_issue(*, owner, name: str, expires_at=None, daily_quota=None, rate_limit_per_minute=None,
+                  app=None) -> tuple[ApiKey, str]:
+    """Create a key (bound to a retrieval app, or to none); return the row and the whole key, which is shown this
+    once and never again."""
     if not name or not name.strip():
         raise ServiceError("invalid_api_key_name", "Give the key a name.")
     while True:
@@ -43,7 +45,7 @@ def api_key_issue(*, owner, name: str, expires_at=None, daily_quota=None, rate_l
             break
     record = ApiKey.objects.create(prefix=prefix, secret_hash=_hash(key), name=name.strip(), owner=owner,
                                    expires_at=expires_at, daily_quota=daily_quota,
-                                   rate_limit_per_minute=rate_limit_per_minute)
+                                   rate_limit_per_minute=rate_limit_per_minute, app=app)
     return record, key
 
 
@@ -59,7 +61,7 @@ def api_key_rotate(*, key: ApiKey) -> tuple[ApiKey, str]:
     """Revoke a key and issue its replacement with the same owner, name and limits."""
     api_key_revoke(key=key)
     return api_key_issue(owner=key.owner, name=key.name, expires_at=key.expires_at, daily_quota=key.daily_quota,
-                         rate_limit_per_minute=key.rate_limit_per_minute)
+                         rate_limit_per_minute=key.rate_limit_per_minute, app=key.app)
 
 
 def _failures_key(address: str) -> str:

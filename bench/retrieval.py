@@ -41,13 +41,15 @@ from rag.engine.index import IndexError_, IndexStore, VersionReader  # noqa: E40
 from rag.engine.ingest import read_folder  # noqa: E402
 from rag.engine.plan import Planner  # noqa: E402
 from rag.engine.search import Searcher  # noqa: E402
+from rag.engine.types import Hit, SearchResult  # noqa: E402
+from rag.engine.weighted import WeightedRetriever  # noqa: E402
 from rag.metrics import (ANSWERABLE_LAYERS, HALVES, Gate, RetrievedChunk, class_hit_by_layer, id_half,  # noqa: E402
                          score_question, split_halves, summarize)
 
 SHARED = ROOT.parent / "shared"
 CORPORA = ("v3d-api-zh", "v3d-api-en")
-STAGES = ("plan", "embed", "dense", "bm25", "fuse", "adopt", "total")
-MODES = ("hybrid", "vector", "bm25")
+STAGES = ("plan", "embed", "dense", "bm25", "fuse", "adopt", "term", "rank", "total")
+MODES = ("hybrid", "vector", "bm25", "weighted")  # weighted: the retrieval APIs' ranking (WeightedSearch)
 GOLDEN = {"written": "retrieval.jsonl", "real": "real_questions_dev.jsonl"}  # in ../shared/golden
 QUERY_VECTORS = "query_vectors.npz"  # in the bench folder, see StoredQueryEmbedder
 SET_TITLES = {"written": "Written questions", "real": "Real users' questions"}
@@ -178,8 +180,31 @@ def present_sets(wanted=tuple(GOLDEN)) -> tuple[str, ...]:
     return tuple(name for name in wanted if (SHARED / "golden" / GOLDEN[name]).is_file())
 
 
-def searcher_for(reader: VersionReader, queries: QueryVectorCache) -> Searcher:
-    return Searcher(reader=reader, queries=queries, planner=Planner(reader.catalog))
+@dataclass
+class Searchers:
+    """The engine's Searcher for hybrid, vector and bm25; the retrieval APIs' weighted ranking for "weighted"."""
+
+    searcher: Searcher
+
+    def run(self, question: str, *, mode: str) -> SearchResult:
+        if mode != "weighted":
+            return self.searcher.run(question, mode=mode)
+        searcher = self.searcher
+        plan = searcher.planner.run(question)  # for the dump; the weighted ranking reads no plan
+        ranked = WeightedRetriever(searcher.reader, searcher.queries).run(question, dense_weight=WEIGHTED_DENSE,
+                                                                            top_k=WEIGHTED_TOP_N)
+        hits = tuple(Hit(chunk=h.chunk, score=h.similarity, source="weighted", rank=n)
+                     for n, h in enumerate(ranked.hits, start=1))
+        return SearchResult(plan=plan, hits=hits, timings_ms={**ranked.timings_ms,
+                                                              "total": sum(ranked.timings_ms.values())})
+
+
+WEIGHTED_DENSE = 0.5  # seed 002's dense_weight default
+WEIGHTED_TOP_N = 10  # at least the class window (5, or 3 x the classes named)
+
+
+def searcher_for(reader: VersionReader, queries: QueryVectorCache) -> Searchers:
+    return Searchers(Searcher(reader=reader, queries=queries, planner=Planner(reader.catalog)))
 
 
 def retrieved_of(result) -> list[RetrievedChunk]:

@@ -30,9 +30,10 @@ def caller_of(key: ApiKey, channel: Channel, arguments: dict) -> Caller:
 
 @contextmanager
 def key_call(key: ApiKey, caller: Caller, question) -> Iterator[dict[str, str]]:
-    """Admit one call on the key (yielding its RateLimit-* headers), then settle it: a refusal is recorded and
-    raised; a failure counts as one; a success adds the model tokens it spent (set `.usage` on the yielded
-    dict's `outcome` key)."""
+    """Admit one call on the key, then settle it. Yields a dict: its "headers" are the key's RateLimit-* headers;
+    set its "outcome" to the RetrievalOutcome. A refusal (the key's limits, or the face's own checks before the
+    question service) is recorded and raised; a failure counts as one on the key; a success adds the model tokens
+    it spent."""
     channel = Channel(caller.tool)
     try:
         headers = api_key_admit_call(key=key, tool=caller.tool)
@@ -43,7 +44,10 @@ def key_call(key: ApiKey, caller: Caller, question) -> Iterator[dict[str, str]]:
     state = {"headers": headers}
     try:
         yield state
-    except Exception:
+    except Exception as exc:
+        if isinstance(exc, ServiceError) and not exc.request_id:  # refused by the face, before the service
+            question_refused(QuestionRequest(question=question, channel=channel, kb="", caller=caller),
+                             kind=RequestRecord.Kind.SEARCH, error=exc)
         api_key_usage_settle(key_id=key.pk, tool=caller.tool, failed=True)
         raise
     outcome: RetrievalOutcome | None = state.get("outcome")

@@ -139,6 +139,21 @@ def setting_of(*layers) -> RetrievalSetting:
     return RetrievalSetting(**values)
 
 
+def retrieval_app_create(*, name: str, kb_slugs: list[str], published: bool = True,
+                         rag_setting: dict | None = None) -> RetrievalApp:
+    """Create a retrieval app over the named knowledge bases, with checked default settings."""
+    if not name or not name.strip():
+        raise ServiceError("invalid_app_name", "Give the app a name.")
+    setting_of(rag_setting or {})
+    kbs = [KnowledgeBase.objects.filter(slug=slug).first() for slug in kb_slugs]
+    missing = [slug for slug, kb in zip(kb_slugs, kbs) if kb is None]
+    if missing:
+        raise ServiceError("kb_not_found", f"No knowledge base {', '.join(missing)}.", status=404)
+    app = RetrievalApp.objects.create(name=name.strip()[:100], published=published, rag_setting=rag_setting or {})
+    app.knowledge_bases.set(kbs)
+    return app
+
+
 # -- what was asked, what was found ------------------------------------------------------------------------
 
 
@@ -243,6 +258,7 @@ def question_retrieve(request: RetrievalRequest) -> RetrievalOutcome:
         if not isinstance(request.offset, int) or request.offset < 0:
             raise ServiceError("invalid_page", "The page must be a positive integer.")
         engine = get_engine()
+        _check_rerankers(engine, setting)  # an option without its model fails whatever the question finds
         usage = Usage()
         keywords = ""
         if setting.enable_agent_enhance_search:
@@ -349,20 +365,22 @@ def _mask(reader, paths: set[str]):
     return np.fromiter((c.source in paths for c in reader.chunks), dtype=bool, count=reader.count)
 
 
+def _check_rerankers(engine, setting: RetrievalSetting) -> None:
+    if setting.enable_rerank and "api" not in engine.rerankers:
+        raise NOT_CONFIGURED["rerank"]
+    if setting.enable_llm_rerank and "llm" not in engine.rerankers:
+        raise NOT_CONFIGURED["llm"]
+
+
 def _reranked(engine, question: str, passing: list[_Candidate], setting: RetrievalSetting):
     """Reorder the passing candidates by the rerank API, then (or only) by the model, each asked for when its
     option is on; keep those whose last rank score is at or above the rank threshold. The model reads at most
     RAG_RERANK_CANDIDATES of them (a listwise prompt): the others drop out."""
     stages = [backend for backend, wanted in (("api", setting.enable_rerank), ("llm", setting.enable_llm_rerank))
               if wanted]
-    rerankers = []
-    for backend in stages:  # every asked-for reranker must exist before any is called
-        reranker = engine.rerankers.get(backend)
-        if reranker is None:
-            raise NOT_CONFIGURED["rerank" if backend == "api" else "llm"]
-        rerankers.append((backend, reranker))
     usage = Usage()
-    for backend, reranker in rerankers:
+    for backend in stages:  # each configured: _check_rerankers
+        reranker = engine.rerankers[backend]
         if backend == "llm":
             passing = passing[:engine.rerank_candidates]
         hits = [Hit(chunk=c.hit.chunk, score=c.score, source="weighted", rank=n) for n, c in enumerate(passing, start=1)]

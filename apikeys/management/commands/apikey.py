@@ -11,6 +11,7 @@ from django.utils import timezone
 from apikeys.models import ApiKey
 from apikeys.services import api_key_issue, api_key_revoke, api_key_rotate
 from rag.errors import ServiceError
+from rag.models import RetrievalApp
 
 
 class Command(BaseCommand):
@@ -24,6 +25,8 @@ class Command(BaseCommand):
         create.add_argument("--daily-quota", type=int, default=None, help="Calls per day (default: unlimited)")
         create.add_argument("--rate-limit", type=int, default=None, help="Calls per minute (default: unlimited)")
         create.add_argument("--expires-days", type=int, default=None, help="Expire after this many days")
+        create.add_argument("--app", type=int, default=None,
+                            help="Bind the key to this retrieval app (its id; see `manage.py retrievalapp list`)")
         commands.add_parser("list", help="List keys by prefix")
         for action in ("revoke", "rotate"):
             sub = commands.add_parser(action, help=f"{action.capitalize()} a key by its prefix")
@@ -35,7 +38,7 @@ class Command(BaseCommand):
         except ServiceError as exc:
             raise CommandError(f"{exc.code}: {exc.message}") from None
 
-    def _create(self, *, owner, name, daily_quota, rate_limit, expires_days, **_):
+    def _create(self, *, owner, name, daily_quota, rate_limit, expires_days, app, **_):
         user = get_user_model().objects.filter(username=owner).first()
         if user is None:
             raise CommandError(f"No user named {owner!r}; create one with `manage.py createsuperuser`.")
@@ -44,15 +47,21 @@ class Command(BaseCommand):
             if value is not None and value < 1:
                 raise CommandError(f"{label} must be at least 1.")
         expires_at = timezone.now() + datetime.timedelta(days=expires_days) if expires_days else None
+        retrieval_app = None
+        if app is not None:
+            retrieval_app = RetrievalApp.objects.filter(pk=app).first()
+            if retrieval_app is None:
+                raise CommandError(f"No retrieval app {app}; create one with `manage.py retrievalapp create`.")
         record, key = api_key_issue(owner=user, name=name, expires_at=expires_at, daily_quota=daily_quota,
-                                    rate_limit_per_minute=rate_limit)
+                                    rate_limit_per_minute=rate_limit, app=retrieval_app)
         self.stderr.write(f"Key {record.prefix} for {owner}. Copy it now; it is not stored and is not shown again:")
         self.stdout.write(key)
 
     def _list(self, **_):
         for key in ApiKey.objects.select_related("owner"):
             last = key.last_used_at.isoformat(timespec="seconds") if key.last_used_at else "never"
-            self.stdout.write(f"{key.prefix}\t{key.state}\t{key.owner.username}\t{key.name}\tlast used {last}")
+            app = f"app {key.app_id}" if key.app_id else "no app"
+            self.stdout.write(f"{key.prefix}\t{key.state}\t{key.owner.username}\t{key.name}\t{app}\tlast used {last}")
 
     def _find(self, prefix: str) -> ApiKey:
         key = ApiKey.objects.filter(prefix=prefix.split("_", 1)[0]).first()
