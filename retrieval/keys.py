@@ -1,6 +1,7 @@
 """API keys on the retrieval faces: the same keys as MCP (`Authorization: Bearer <key>`), their per-minute rate
 and daily quota counted per face (the usage row's tool is the channel), tokens and failures settled after the
-call. A refused call leaves a request record, as every request does."""
+call. A call refused after its key is known (a spent limit, the face's own checks) leaves a request record; a
+missing or unknown key is refused before, and leaves none, as on MCP."""
 
 from __future__ import annotations
 

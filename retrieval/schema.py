@@ -94,10 +94,10 @@ SEED_FAILURES = {
     401: "1001 missing_api_key / invalid_api_key.",
     403: "1103 key_not_bound, 1104 app_mismatch, 1105 app_not_published, 1302 kb_not_allowed.",
     404: "1301 kb_not_found, 1303 label_value_not_found.",
-    405: "1201 invalid_request: use POST.",
+    405: "1210 method_not_allowed: use POST.",
     409: "1401 rerank_not_configured, 1402 generation_not_configured (the option needs a model this server lacks), 1502 "
          "no_active_version.",
-    429: "1002 too_many_failed_attempts, 1003 rate_limited, 1004 quota_exceeded, 1503 capacity.exceeded.",
+    429: "1002 too_many_failed_attempts, 1003 rate_limited, 1004 quota_exceeded.",
     500: "1500 internal_error.",
     502: "1403 rerank_failed, 1404 enhance_failed.",
     503: "1501 index_building.",

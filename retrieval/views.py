@@ -37,7 +37,7 @@ SEED_CODES = {
     "invalid_metadata_condition": 1209,
     "kb_not_found": 1301, "kb_not_allowed": 1302, "label_value_not_found": 1303,
     "rerank_not_configured": 1401, "generation_not_configured": 1402, "rerank_failed": 1403, "enhance_failed": 1404,
-    "index_building": 1501, "no_active_version": 1502, "capacity.exceeded": 1503, "method_not_allowed": 1201,
+    "index_building": 1501, "no_active_version": 1502, "method_not_allowed": 1210,
     "internal_error": 1500,
 }
 INTERNAL = ServiceError("internal_error", "The retrieval failed on the server.", status=500)
@@ -150,6 +150,7 @@ RAGFLOW_CODES = {"missing_api_key": 109, "invalid_api_key": 109, "too_many_faile
                  "generation_not_configured": 103, "rerank_failed": 103, "enhance_failed": 103,
                  "rate_limited": 103, "quota_exceeded": 103, "capacity.exceeded": 103, "internal_error": 100}
 RAGFLOW_PAGE_SIZE = 30
+RAGFLOW_DEFAULTS = {"dense_weight": 0.3, "top_k": 1024}  # RAGFlow's own (vector_similarity_weight, top_k)
 RAGFLOW_MAX_PAGE_SIZE = 1024
 
 
@@ -217,8 +218,8 @@ def ragflow_retrieval(request: HttpRequest) -> JsonResponse:
             question = body.get("question")
             outcome = question_retrieve(RetrievalRequest(
                 question=question, channel=Channel.RAGFLOW, kb_ids=body.get("dataset_ids"), app=key.app,
-                settings=(setting,), filter=document_filter, offset=(page - 1) * page_size, caller=caller,
-                summary=False))
+                defaults=RAGFLOW_DEFAULTS, settings=(setting,), filter=document_filter, offset=(page - 1) * page_size,
+                caller=caller, summary=False))
             call["outcome"] = outcome
     except Exception as exc:  # noqa: BLE001 - every failure becomes RAGFlow's {code, message}
         return _ragflow_failure(exc)
@@ -284,4 +285,7 @@ def dify_retrieval(request: HttpRequest) -> JsonResponse:
             call["outcome"] = outcome
     except Exception as exc:  # noqa: BLE001 - every failure becomes Dify's {error_code, error_msg}
         return _dify_failure(exc)
-    return JsonResponse({"records": [dify_record(c) for c in outcome.chunks]})
+    response = JsonResponse({"records": [dify_record(c) for c in outcome.chunks]})
+    for name, value in call["headers"].items():
+        response[name] = value
+    return response

@@ -7,10 +7,11 @@ the documents (`rag.services.filters`), ranks by the weighted similarity (`rag.e
 threshold, the rerank, the knowledge-base priority and the window, and leaves one request record through the
 question service's `question_call`, for a success and for every failure.
 
-Order of the stages: for each knowledge base the `top_k` best chunks by similarity (within the filter); merged,
-the `top_k` best of all; those at or above `similarity_threshold`; reranked (API or model) when asked, then those
-at or above `rank_score_threshold`; grouped by priority (p0, p1, p2, then the others) when asked, each group in
-score order; `total` counts them all, and the window `[offset, offset + top_n)` is returned.
+Order of the stages: for each knowledge base the `top_k` best chunks by similarity (within the filter); merged in
+similarity order (grouped by priority when asked: p0's knowledge bases, then p1's, p2's and the others, each group
+in similarity order), the first `top_k` of them; those at or above `similarity_threshold`; reranked when asked (the
+API, then the model), those at or above `rank_score_threshold`, grouped by priority again; `total` counts them all,
+and the window `[offset, offset + top_n)` is returned.
 """
 
 from __future__ import annotations
@@ -125,7 +126,7 @@ def _extra(value) -> dict:
 
 def setting_of(*layers) -> RetrievalSetting:
     """Merge settings field by field, later layers over earlier ones (the app's defaults, the request's
-    `rag_setting`, then `metadata.rag_setting`); `None` in a layer leaves the field as it was. Unknown fields are
+    `rag_setting`, then `metadata.rag_setting`; a face's own defaults come first); `None` in a layer leaves the field as it was. Unknown fields are
     ignored; a bad value raises `invalid_rag_setting` naming the field."""
     values: dict = {}
     for layer in layers:
@@ -166,6 +167,7 @@ class RetrievalRequest:
     channel: Channel
     kb_ids: object
     app: RetrievalApp | None = None  # the caller's app: its knowledge bases bound the search, its settings are defaults
+    defaults: dict | None = None  # the face's own defaults, under the app's (RAGFlow's vector weight 0.3, top_k 1024)
     settings: tuple = ()
     filter: DocumentFilter = field(default_factory=DocumentFilter)
     offset: int = 0  # the window's first chunk (a face's pages)
@@ -252,7 +254,7 @@ def question_retrieve(request: RetrievalRequest) -> RetrievalOutcome:
     with question_call(record_request, RequestRecord.Kind.SEARCH) as call:
         question = validated_question(request.question).strip()
         app = request.app
-        setting = setting_of(app.rag_setting if app is not None else None, *request.settings)
+        setting = setting_of(request.defaults, app.rag_setting if app is not None else None, *request.settings)
         kbs = knowledge_bases_of(request.kb_ids, app)
         call.kb = ",".join(kb.slug for kb in kbs)[:64]
         if not isinstance(request.offset, int) or request.offset < 0:
@@ -286,16 +288,17 @@ def question_retrieve(request: RetrievalRequest) -> RetrievalOutcome:
                     timings[stage] = timings.get(stage, 0.0) + ms
                 candidates.extend(_Candidate(hit, kb, reader) for hit in result.hits)
         candidates.sort(key=lambda c: (-c.hit.similarity, c.kb.pk, c.hit.position))
+        if setting.enable_kb_priority:  # before the top_k cut, so a p0 base's weaker chunks are not cut for p1's
+            candidates = _by_priority(candidates, setting.kb_priority, kbs)
         passing = [c for c in candidates[:setting.top_k] if c.hit.similarity >= setting.similarity_threshold]
         rerank = "none"
         if passing and (setting.enable_rerank or setting.enable_llm_rerank):
             started = time.perf_counter()
             passing, rerank, rerank_usage = _reranked(engine, question, passing, setting)
-            usage = Usage(usage.prompt_tokens + rerank_usage.prompt_tokens,
-                          usage.completion_tokens + rerank_usage.completion_tokens)
+            usage += rerank_usage
             timings["rerank"] = round((time.perf_counter() - started) * 1000, 3)
-        if setting.enable_kb_priority:
-            passing = _by_priority(passing, setting.kb_priority, kbs)
+            if setting.enable_kb_priority:
+                passing = _by_priority(passing, setting.kb_priority, kbs)
         window = passing[request.offset:request.offset + setting.top_n]
         tokens = tuple(dict.fromkeys(window[0].reader.tokenize(f"{question} {keywords}"))) if window else ()
         documents = _documents(passing)
@@ -303,8 +306,7 @@ def question_retrieve(request: RetrievalRequest) -> RetrievalOutcome:
         summary = ""
         if setting.enable_agent_enhance_search and request.summary and chunks:
             summary, summary_usage = _summary(engine, question, window)
-            usage = Usage(usage.prompt_tokens + summary_usage.prompt_tokens,
-                          usage.completion_tokens + summary_usage.completion_tokens)
+            usage += summary_usage
         outcome = RetrievalOutcome(
             request_id=call.request_id, question=question, total=len(passing), chunks=chunks,
             doc_aggs=_aggregates(passing, documents), summary=summary, keywords=keywords, setting=setting,
@@ -324,7 +326,7 @@ def knowledge_bases_of(kb_ids, app: RetrievalApp | None) -> list[KnowledgeBase]:
     """Resolve ids (integers or their decimal strings) and slugs, each once, in order; within the app's
     knowledge bases when there is an app."""
     if kb_ids is None or (isinstance(kb_ids, list | tuple) and not kb_ids):
-        raise ServiceError("kb_ids_required", "Name at least one knowledge base (kb_ids).")
+        raise ServiceError("kb_ids_required", "Name at least one knowledge base to search.")
     if not isinstance(kb_ids, list | tuple) or len(kb_ids) > MAX_KBS or not all(is_id(k) for k in kb_ids):
         raise ServiceError("invalid_kb_ids", f"kb_ids must be a list of at most {MAX_KBS} knowledge base ids.")
     found: list[KnowledgeBase] = []
@@ -387,8 +389,7 @@ def _reranked(engine, question: str, passing: list[_Candidate], setting: Retriev
         result = reranker.run(question, hits)
         if result.backend == "none":
             raise ServiceError("rerank_failed", f"The reranker gave no order: {result.error}", status=502)
-        usage = Usage(usage.prompt_tokens + result.usage.prompt_tokens,
-                      usage.completion_tokens + result.usage.completion_tokens)
+        usage += result.usage
         position_of = {id(hit.chunk): n for n, hit in enumerate(hits)}  # a reranked hit keeps its chunk object
         passing = [replace(passing[position_of[id(hit.chunk)]],
                            rank_score=min(1.0, max(0.0, float(hit.score))) if hit.source == "rerank" else 0.0)

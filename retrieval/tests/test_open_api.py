@@ -706,7 +706,7 @@ def test_a_body_that_is_not_a_json_object_is_400_with_code_1201(client, two_kbs)
 def test_other_methods_are_405(client, two_kbs):
     responses = [getattr(client, method)(URL, **two_kbs.headers) for method in ("get", "put", "delete")]
 
-    assert [failure_of(r)[:2] for r in responses] == [(405, 1201)] * 3
+    assert [failure_of(r)[:2] for r in responses] == [(405, 1210)] * 3
     assert not RequestRecord.objects.exists()
 
 

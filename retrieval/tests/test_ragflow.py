@@ -211,6 +211,9 @@ def test_a_request_with_every_optional_field_null_takes_the_defaults(client, two
     assert all(c["similarity"] >= 0.2 for c in data["chunks"])
     assert all("highlight" not in c for c in data["chunks"])
     assert data["total"] == len(data["chunks"])  # 20 chunks in all: the default page of 30 holds them
+    for chunk in data["chunks"]:  # RAGFlow's default weight, 0.3, not the open API's 0.5
+        assert chunk["similarity"] == pytest.approx(0.3 * chunk["vector_similarity"] + 0.7 * chunk["term_similarity"],
+                                                    abs=1e-5)
 
 
 def test_a_chunk_has_ragflows_field_names(client, two_kbs):
