@@ -1,5 +1,7 @@
-"""`make bench-load`: latency and throughput of /api/search, /api/chat (extractive) and the two MCP tools
-(SDK client over streamable HTTP, one session per client, with an API key) on a live Daphne.
+"""`make bench-load`: latency and throughput of /api/search, /api/chat (extractive), the two MCP tools
+(SDK client over streamable HTTP, one session per client, with an API key) and the three retrieval APIs (seed
+002's, RAGFlow's and Dify's, top 5 of the docs knowledge base, with a key bound to a retrieval app) on a live
+Daphne.
 
 Loopback only, bounded: each level sends at most --requests requests or runs --seconds, whichever ends
 first. Uses the data directory of `make run` (migrates and indexes docs/ first if needed).
@@ -41,7 +43,8 @@ def pct(values, q):
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
-def run_level(url: str, path: str, clients: int, total: int, seconds: float) -> dict:
+def run_level(url: str, path: str, clients: int, total: int, seconds: float, body=lambda q: {"question": q},
+              headers: dict | None = None) -> dict:
     latencies, errors = [], []
     lock = threading.Lock()
     counter = iter(range(total))
@@ -54,12 +57,13 @@ def run_level(url: str, path: str, clients: int, total: int, seconds: float) -> 
                 number = next(counter, None)
             if number is None:
                 return
-            question = f"{QUESTIONS[number % len(QUESTIONS)]} #{path[5:]}{clients}-{number}"  # distinct: no cache hits
+            question = f"{QUESTIONS[number % len(QUESTIONS)]} #{path[1:4]}{clients}-{number}"  # distinct: no cache hits
             started = time.perf_counter()
-            response = session.post(url + path, json={"question": question}, timeout=60)
+            response = session.post(url + path, json=body(question), headers=headers, timeout=60)
             elapsed = (time.perf_counter() - started) * 1000
+            ok = response.status_code == 200 and response.json().get("code", 0) == 0
             with lock:
-                (latencies if response.status_code == 200 else errors).append(elapsed)
+                (latencies if ok else errors).append(elapsed)
 
     started = time.perf_counter()
     threads = [threading.Thread(target=client) for _ in range(clients)]
@@ -109,9 +113,22 @@ def run_mcp_level(url: str, key: str, tool: str, clients: int, total: int, secon
 ISSUE_KEY = """
 from django.contrib.auth import get_user_model
 from apikeys.services import api_key_issue
+from rag.services.retrieval import retrieval_app_create
 user, _ = get_user_model().objects.get_or_create(username="bench-load")
-print(api_key_issue(owner=user, name="make bench-load")[1])
+app = retrieval_app_create(name="make bench-load", kb_slugs=["docs"])
+print(app.pk)
+print(api_key_issue(owner=user, name="make bench-load", app=app)[1])
 """
+
+
+def retrieval_faces(app_id: int) -> dict:
+    """Each retrieval API's path and request body for a question: the top 5 chunks of the docs knowledge base."""
+    return {
+        "/api/v1/retrieval": lambda q: {"app_id": app_id, "question": q, "kb_ids": ["docs"], "rag_setting": {"top_n": 5}},
+        "/ragflow/api/v1/retrieval": lambda q: {"question": q, "dataset_ids": ["docs"], "page_size": 5},
+        "/dify/retrieval": lambda q: {"knowledge_id": "docs", "query": q,
+                                      "retrieval_setting": {"top_k": 5, "score_threshold": 0.0}},
+    }
 
 
 def main() -> int:
@@ -124,8 +141,8 @@ def main() -> int:
     subprocess.run(manage + ["migrate", "--noinput", "-v0"], cwd=ROOT, env=env, check=True)
     subprocess.run(manage + ["rag", "reindex", "--if-changed"], cwd=ROOT, env=env, check=True,
                    stdout=subprocess.DEVNULL)
-    key = subprocess.run(manage + ["shell", "-c", ISSUE_KEY], cwd=ROOT, env=env, check=True, capture_output=True,
-                         text=True).stdout.strip().splitlines()[-1]
+    app_id, key = subprocess.run(manage + ["shell", "-c", ISSUE_KEY], cwd=ROOT, env=env, check=True,
+                                 capture_output=True, text=True).stdout.strip().splitlines()[-2:]
     port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
                                "ragsite.asgi:application"], cwd=ROOT, env=env,
@@ -146,13 +163,16 @@ def main() -> int:
         for tool in (f"search_{slug}_docs", f"ask_{slug}_docs"):
             results["mcp " + tool] = [run_mcp_level(url, key, tool, clients, args.requests, args.seconds)
                                       for clients in (1, 4, 16)]
+        for path, body in retrieval_faces(int(app_id)).items():
+            results[path] = [run_level(url, path, clients, args.requests, args.seconds, body=body,
+                                       headers={"Authorization": f"Bearer {key}"}) for clients in (1, 4, 16)]
     finally:
         server.terminate()
         server.wait(timeout=10)
-    print(f"{'endpoint':20s} {'clients':>7s} {'requests':>8s} {'errors':>6s} {'p50 ms':>8s} {'p95 ms':>8s} {'req/s':>7s}")
+    print(f"{'endpoint':26s} {'clients':>7s} {'requests':>8s} {'errors':>6s} {'p50 ms':>8s} {'p95 ms':>8s} {'req/s':>7s}")
     for path, levels in results.items():
         for r in levels:
-            print(f"{path:20s} {r['clients']:7d} {r['requests']:8d} {r['errors']:6d} {r['p50_ms']:8} {r['p95_ms']:8} {r['rps']:7}")
+            print(f"{path:26s} {r['clients']:7d} {r['requests']:8d} {r['errors']:6d} {r['p50_ms']:8} {r['p95_ms']:8} {r['rps']:7}")
     out = Path(os.environ.get("RAG_DATA_DIR", ROOT / "data")) / "bench" / "load.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=1))

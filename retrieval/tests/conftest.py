@@ -9,11 +9,20 @@ from pathlib import Path
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.core.cache import cache
 
 from rag.pipeline import reset_engine
-from rag.tests.conftest import make_built_kb
+from rag.tests.conftest import engine_settings, make_built_kb  # noqa: F401 - engine_settings: the shared fixture
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+@pytest.fixture(autouse=True)
+def clear_cache():
+    """Failed key attempts, rate windows and circuit breakers live in the cache: each test starts clean."""
+    cache.clear()
+    yield
+    cache.clear()
 
 
 @dataclass

@@ -8,7 +8,6 @@ import json
 
 import pytest
 import requests
-from django.core.cache import cache
 
 from apikeys.models import ApiKeyUsage
 from rag.models import Document, RequestRecord
@@ -42,14 +41,6 @@ class DifyClient:
     def check(self) -> requests.Response:
         """The registration probe: the key and no body at all."""
         return requests.post(f"{self.endpoint}/retrieval", headers=self._authorization(), timeout=30)
-
-
-@pytest.fixture(autouse=True)
-def _no_failed_attempts():
-    """Refused keys are counted per client address in the cache; each test starts with none counted."""
-    cache.clear()
-    yield
-    cache.clear()
 
 
 @pytest.fixture

@@ -11,12 +11,10 @@ import shutil
 from urllib.parse import urlencode
 
 import pytest
-from django.core.cache import cache
 
 from apikeys.models import ApiKey, ApiKeyUsage
 from conftest import local_moment
 from rag.models import Document, DocumentLabel, IndexVersion, KnowledgeBase, LabelValue, RequestRecord, RetrievalApp
-from rag.pipeline import reset_engine
 from rag.tests.conftest import make_built_kb
 from retrieval.tests.conftest import FIXTURES
 
@@ -30,27 +28,6 @@ CHUNK_FIELDS = {"chunk_id", "content_with_weight", "doc_id", "docnm_kwd", "kb_id
 DOC_AGG_FIELDS = {"doc_id", "doc_name", "count", "avg_score", "semantic_score", "labels", "create_time"}
 DROP = object()  # a body field left out
 NOT_CONFIGURED = 409  # an option whose model this server lacks: 1401 / 1402, a conflict with its configuration
-
-
-@pytest.fixture(autouse=True)
-def clear_cache():
-    """Failed key attempts, rate windows and circuit breakers live in the cache: each test starts clean."""
-    cache.clear()
-    yield
-    cache.clear()
-
-
-@pytest.fixture
-def engine_settings(settings):
-    """Change settings.RAG_ENGINE for one test: `engine_settings(RERANK_BASE_URL=...)`; the engine is rebuilt."""
-
-    def change(**values):
-        settings.RAG_ENGINE = {**settings.RAG_ENGINE, **values}
-        reset_engine()
-
-    reset_engine()
-    yield change
-    reset_engine()
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ import re
 from pathlib import Path
 
 import pytest
-from django.core.cache import cache
 from ragflow_sdk import RAGFlow
 
 from apikeys.models import ApiKeyUsage
@@ -23,14 +22,6 @@ QUESTION = "How do I add a mesh to a scene?"
 ALPHA_PAGES = {"Mesh.md", "Scene.md", "Shader.md", "Timer.md"}
 BETA_PAGES = {"Camera.md", "Light.md", "Shadow.md"}
 ALL_PAGES = ALPHA_PAGES | BETA_PAGES
-
-
-@pytest.fixture(autouse=True)
-def _no_failed_attempts():
-    """Refused keys are counted per client address in the cache; each test starts with none counted."""
-    cache.clear()
-    yield
-    cache.clear()
 
 
 def ragflow_post(client, body, *, secret: str | None):
