@@ -154,13 +154,19 @@ RAGFLOW_DEFAULTS = {"dense_weight": 0.3, "top_k": 1024}  # RAGFlow's own (vector
 RAGFLOW_MAX_PAGE_SIZE = 1024
 
 
-def _json_body(request: HttpRequest):
+def _json_object(request: HttpRequest, *, when_empty: dict | None = None) -> dict:
+    """The request's JSON object; an empty body is `when_empty`, or refused when that is None."""
     if not request.body.strip():
-        return None
+        if when_empty is None:
+            raise ServiceError("invalid_request", "The request has no body; send a JSON object.")
+        return when_empty
     try:
-        return json.loads(request.body)
+        body = json.loads(request.body)
     except (ValueError, RecursionError):
         raise ServiceError("invalid_request", "The body must be JSON.") from None
+    if not isinstance(body, dict):
+        raise ServiceError("invalid_request", "The body must be a JSON object.")
+    return body
 
 
 def _ragflow_failure(exc: Exception) -> JsonResponse:
@@ -190,13 +196,9 @@ def ragflow_retrieval(request: HttpRequest) -> JsonResponse:
         return _ragflow_failure(METHOD_NOT_ALLOWED)
     try:
         key = key_of(request)
-        body = _json_body(request) or {}
-        if not isinstance(body, dict):
-            raise ServiceError("invalid_request", "The body must be a JSON object.")
+        body = _json_object(request, when_empty={})
         caller = caller_of(key, Channel.RAGFLOW, body)
         with key_call(key, caller, body.get("question")) as call:
-            if key.app is not None and not key.app.published:
-                raise ServiceError("app_not_published", f"Retrieval app {key.app_id} is not published.", status=403)
             page = _integer_or(body.get("page"), 1, "page", 1, 100_000)
             page_size = _integer_or(body.get("page_size"), RAGFLOW_PAGE_SIZE, "page_size", 1, RAGFLOW_MAX_PAGE_SIZE)
             setting = {"similarity_threshold": body.get("similarity_threshold"),
@@ -260,15 +262,9 @@ def dify_retrieval(request: HttpRequest) -> JsonResponse:
         return _dify_failure(METHOD_NOT_ALLOWED)
     try:
         key = key_of(request)
-        body = _json_body(request)
-        if body is None:
-            raise ServiceError("invalid_request", "The body must be {knowledge_id, query, retrieval_setting}.")
-        if not isinstance(body, dict):
-            raise ServiceError("invalid_request", "The body must be a JSON object.")
+        body = _json_object(request)  # Dify's registration check sends none: 400 (it fails only on 403, 404, 502)
         caller = caller_of(key, Channel.DIFY, body)
         with key_call(key, caller, body.get("query")) as call:
-            if key.app is not None and not key.app.published:
-                raise ServiceError("app_not_published", f"Retrieval app {key.app_id} is not published.", status=403)
             knowledge_id = body.get("knowledge_id")
             if not isinstance(knowledge_id, str | int) or isinstance(knowledge_id, bool) or knowledge_id == "":
                 raise ServiceError("invalid_request", "knowledge_id must be a knowledge base id.")

@@ -254,6 +254,8 @@ def question_retrieve(request: RetrievalRequest) -> RetrievalOutcome:
     with question_call(record_request, RequestRecord.Kind.SEARCH) as call:
         question = validated_question(request.question).strip()
         app = request.app
+        if app is not None and not app.published:
+            raise ServiceError("app_not_published", f"Retrieval app {app.pk} is not published.", status=403)
         setting = setting_of(request.defaults, app.rag_setting if app is not None else None, *request.settings)
         kbs = knowledge_bases_of(request.kb_ids, app)
         call.kb = ",".join(kb.slug for kb in kbs)[:64]
