@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field, fields, replace
 
+import numpy as np
 from django.conf import settings
 
 from rag.engine.types import Hit, Plan, Ranking, RouteKind, SearchResult, Usage
@@ -367,9 +368,7 @@ def retrieval_app_check(*, key_app: RetrievalApp | None, app_id) -> RetrievalApp
     return key_app
 
 
-def _mask(reader, paths: set[str]):
-    import numpy as np
-
+def _mask(reader, paths: set[str]) -> np.ndarray:
     return np.fromiter((c.source in paths for c in reader.chunks), dtype=bool, count=reader.count)
 
 
