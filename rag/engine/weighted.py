@@ -16,6 +16,7 @@ chunks by the fused similarity, ties in index order. The presentation helpers (`
 
 from __future__ import annotations
 
+import functools
 import html
 import math
 import time
@@ -123,18 +124,30 @@ class WeightedRetriever:
 # -- how a chunk is shown ---------------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=50_000)
+def _word_tokens(word: str, stem: bool) -> tuple[str, ...]:
+    """A word's index tokens, cached: the same words recur in every chunk shown (measured 18 ms a chunk uncached)."""
+    return tuple(tokenize(word, stem=stem))
+
+
+@functools.lru_cache(maxsize=4096)
+def _text_tokens(text: str, stem: bool) -> tuple[str, ...]:
+    """A chunk text's tokens, cached: a chunk often ranks again for the next question."""
+    return tuple(tokenize(text, stem=stem))
+
+
 def content_tokens(reader: VersionReader, chunk: Chunk) -> list[str]:
     """The chunk's text as this version's BM25 index tokenizes it (RAGFlow's `content_ltks`)."""
-    return reader.tokenize(chunk.text)
+    return list(_text_tokens(chunk.text, reader.stem))
 
 
 def important_keywords(reader: VersionReader, chunk: Chunk, count: int = IMPORTANT_KEYWORDS) -> list[str]:
     """The chunk's `count` words of most BM25 weight, IDF times saturated term frequency, as written (lowercased)."""
-    words = [w for w in tokenize(chunk.text) if len(w) > 1 and not w.isdigit()]
+    words = [w for w in _text_tokens(chunk.text, False) if len(w) > 1 and not w.isdigit()]
     k1 = reader.bm25.k1
     weights: dict[str, float] = {}
     for word, tf in Counter(words).items():
-        indexed = reader.tokenize(word)
+        indexed = _word_tokens(word, reader.stem)
         if indexed:
             weights[word] = idf(reader, indexed[0]) * tf / (tf + k1)
     return [w for w, _ in sorted(weights.items(), key=lambda item: (-item[1], item[0]))[:count]]
@@ -150,6 +163,6 @@ def highlight(reader: VersionReader, text: str, tokens: tuple[str, ...] | list[s
         matched = seen.get(piece)
         if matched is None:
             matched = seen[piece] = bool((HAN_RE.search(piece) or any(c.isalnum() for c in piece))
-                                         and wanted.intersection(reader.tokenize(piece)))
+                                         and wanted.intersection(_word_tokens(piece, reader.stem)))
         out.append(f"<em>{html.escape(piece)}</em>" if matched else html.escape(piece))
     return "".join(out)
