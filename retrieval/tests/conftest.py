@@ -62,3 +62,15 @@ def two_kbs(db, tmp_path, settings):
     _unbound, unbound_secret = api_key_issue(owner=owner, name="mcp only")
     yield Setup(alpha=kbs[0], beta=kbs[1], app=app, key=key, secret=secret, unbound_secret=unbound_secret)
     reset_engine()
+
+
+def usage_by_tool(key) -> dict[str, tuple[int, int]]:
+    """A key's (calls, failures) per tool, summed over days: a call that is admitted before midnight and settled
+    after it is still one call."""
+    from apikeys.models import ApiKeyUsage
+
+    totals: dict[str, tuple[int, int]] = {}
+    for row in ApiKeyUsage.objects.filter(key=key):
+        calls, failures = totals.get(row.tool, (0, 0))
+        totals[row.tool] = (calls + row.calls, failures + row.failures)
+    return totals

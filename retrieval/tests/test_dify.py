@@ -9,7 +9,7 @@ import json
 import pytest
 import requests
 
-from apikeys.models import ApiKeyUsage
+from retrieval.tests.conftest import usage_by_tool
 from rag.models import Document, RequestRecord
 from rag.tests.conftest import make_kb
 
@@ -284,4 +284,4 @@ def test_one_retrieval_leaves_one_dify_record_and_one_counted_call(dify, two_kbs
     assert len(rows) == 1
     assert (rows[0].channel, rows[0].api_key_prefix, rows[0].question, rows[0].kb) == (
         "dify", two_kbs.key.prefix, QUESTION, "alpha")
-    assert [(u.tool, u.calls) for u in ApiKeyUsage.objects.filter(key=two_kbs.key)] == [("dify", 1)]
+    assert usage_by_tool(two_kbs.key) == {"dify": (1, 0)}

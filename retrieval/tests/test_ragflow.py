@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from ragflow_sdk import RAGFlow
 
-from apikeys.models import ApiKeyUsage
+from retrieval.tests.conftest import usage_by_tool
 from rag.models import Document, RequestRecord
 from rag.pipeline import reset_engine
 from rag.tests.conftest import make_kb
@@ -425,8 +425,7 @@ def test_one_request_leaves_one_ragflow_record_and_one_counted_call(client, two_
     assert (records[0].channel, records[0].api_key_prefix, records[0].kind) == ("ragflow", two_kbs.key.prefix,
                                                                                  "search")
     assert records[0].question == QUESTION and records[0].kb == "alpha"
-    usage = ApiKeyUsage.objects.filter(key=two_kbs.key)
-    assert [(u.tool, u.calls, u.failures) for u in usage] == [("ragflow", 1, 0)]
+    assert usage_by_tool(two_kbs.key) == {"ragflow": (1, 0)}
 
 
 def test_a_failed_request_leaves_one_record_and_counts_a_failure(client, two_kbs):
@@ -436,5 +435,4 @@ def test_a_failed_request_leaves_one_record_and_counts_a_failure(client, two_kbs
     assert len(records) == 1
     assert (records[0].channel, records[0].api_key_prefix) == ("ragflow", two_kbs.key.prefix)
     assert records[0].error_code == "kb_not_found"
-    usage = ApiKeyUsage.objects.filter(key=two_kbs.key)
-    assert [(u.tool, u.calls, u.failures) for u in usage] == [("ragflow", 1, 1)]
+    assert usage_by_tool(two_kbs.key) == {"ragflow": (1, 1)}
