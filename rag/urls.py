@@ -4,4 +4,5 @@ from rag import views
 
 urlpatterns = [
     path("search", views.home, name="search"),
+    path("readyz", views.readyz, name="readyz"),
 ]

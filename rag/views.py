@@ -1,10 +1,12 @@
 from django.conf import settings
+from django.http import JsonResponse
 from django.shortcuts import render
 from django.views.decorators.csrf import ensure_csrf_cookie
 
 from rag.errors import ServiceError
 from rag.models import Channel, KnowledgeBase
 from rag.services.questions import QuestionRequest, question_search
+from rag.services.serving import readiness
 from rag.shapes import search_as_dict
 
 
@@ -24,3 +26,11 @@ def home(request):
         except ServiceError as exc:
             context["error"] = exc
     return render(request, "home.html", context)
+
+
+def readyz(request):
+    """Readiness for a load balancer: 200 when the database, Redis (when configured) and every active index
+    answer, else 503 naming what does not."""
+    state = readiness()
+    return JsonResponse({"ready": state.ready, "checks": state.checks}, status=200 if state.ready else 503,
+                        headers={"Cache-Control": "no-store"})

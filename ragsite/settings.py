@@ -9,6 +9,7 @@ from pathlib import Path
 
 import dj_database_url
 from celery.schedules import crontab
+from django.core.exceptions import ImproperlyConfigured
 
 from .env import env_bool, env_choice, env_float, env_int, env_list, env_map, env_secret, env_str, local_secret_key
 
@@ -24,6 +25,28 @@ DEBUG = env_bool("DJANGO_DEBUG", default=False)
 SECRET_KEY = env_secret("DJANGO_SECRET_KEY") or local_secret_key(DATA_DIR / "secret_key")
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", default=["localhost", "127.0.0.1"])
 CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
+
+# HTTPS. Behind a TLS-terminating proxy set DJANGO_SECURE_PROXY_SSL_HEADER (e.g. HTTP_X_FORWARDED_PROTO=https):
+# then secure cookies, an HTTPS redirect and HSTS are on unless switched off one by one. DJANGO_HTTPS=true turns
+# them on without a proxy header (TLS served by Django's host itself); with neither (`make run`, a plain-HTTP
+# internal deployment) they stay off. `check --deploy --fail-level WARNING` is clean with either set.
+_proxy_ssl_header = env_str("DJANGO_SECURE_PROXY_SSL_HEADER", default="")
+if _proxy_ssl_header:
+    _header, _, _value = _proxy_ssl_header.partition("=")
+    if not _header.startswith("HTTP_") or not _value:
+        raise ImproperlyConfigured("DJANGO_SECURE_PROXY_SSL_HEADER must be HEADER=value, e.g. HTTP_X_FORWARDED_PROTO=https")
+    SECURE_PROXY_SSL_HEADER = (_header, _value)
+HTTPS = env_bool("DJANGO_HTTPS", default=bool(_proxy_ssl_header))
+SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", default=HTTPS)
+SESSION_COOKIE_SECURE = env_bool("DJANGO_SESSION_COOKIE_SECURE", default=HTTPS)
+CSRF_COOKIE_SECURE = env_bool("DJANGO_CSRF_COOKIE_SECURE", default=HTTPS)
+SECURE_HSTS_SECONDS = env_int("DJANGO_SECURE_HSTS_SECONDS", default=31_536_000 if HTTPS else 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", default=HTTPS)
+SECURE_HSTS_PRELOAD = env_bool("DJANGO_SECURE_HSTS_PRELOAD", default=False)
+# /healthz and /readyz stay plain HTTP for the load balancer's own probes on the internal network.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]
+# Preloading is a submission to the browsers' lists that an operator opts into (DJANGO_SECURE_HSTS_PRELOAD).
+SILENCED_SYSTEM_CHECKS = [] if SECURE_HSTS_PRELOAD else ["security.W021"]
 
 # Not "daphne": `make run` starts the daphne server itself, and its app (a runserver override) imports the
 # Twisted reactor into every manage.py command, about half a second of each one-shot `rag search`.
