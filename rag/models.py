@@ -160,7 +160,12 @@ class IndexVersion(models.Model):
 
     class Meta:
         ordering = ["kb", "-created_at", "-id"]
-        constraints = [models.UniqueConstraint(fields=["kb", "name"], name="index_version_unique_name")]
+        constraints = [
+            models.UniqueConstraint(fields=["kb", "name"], name="index_version_unique_name"),
+            # One build per knowledge base at a time, across every process and machine: the database refuses a
+            # second "building" row, so two workers that both find none cannot both start one.
+            models.UniqueConstraint(fields=["kb"], condition=models.Q(status="building"), name="index_version_one_build"),
+        ]
         indexes = [models.Index(fields=["kb", "status"])]
 
     def __str__(self) -> str:

@@ -204,7 +204,10 @@ class EmbeddingCache:
         db = _connect(self.uri)
         if not _table_exists(db, self.table):
             return {}
-        table = db.open_table(self.table).to_arrow()
+        try:
+            table = db.open_table(self.table).to_arrow()
+        except ValueError:  # listed while another process was still creating it: nothing cached yet for us
+            return {}
         wanted = pc.and_(pc.equal(table.column("model_id"), model_id),
                          pc.is_in(table.column("text_hash"), value_set=pa.array(sorted(set(hashes)))))
         found = table.filter(wanted)
@@ -231,10 +234,13 @@ class EmbeddingCache:
             }
         )
         db = _connect(self.uri)
-        if _table_exists(db, self.table):
-            db.open_table(self.table).add(data)
-        else:
-            db.create_table(self.table, data=data)
+        if not _table_exists(db, self.table):
+            try:
+                db.create_table(self.table, data=data)
+                return
+            except (ValueError, OSError):  # another process created it first: add to theirs
+                pass
+        db.open_table(self.table).add(data)
 
 
 @dataclass
@@ -297,6 +303,12 @@ class IndexStore:
         started = time.perf_counter()
         vectors, embedded, reused, timings = self.embed_chunks(chunks, embedder, progress=progress, prebuilt=prebuilt)
 
+        def phase_done() -> None:
+            """Report progress between the phases after embedding too, so a long BM25 build or vector write still
+            beats (a silent build is taken for one whose process died)."""
+            if progress is not None:
+                progress(embedded, embedded)
+
         t0 = time.perf_counter()
         folder = self.version_dir(kb, version)
         if folder.exists():
@@ -307,6 +319,7 @@ class IndexStore:
             add_words(catalog.aliases_to_teach())
             corpus_tokens = [tokenize(bm25_text(c), stem=True) for c in chunks]
             timings["tokenize"] = time.perf_counter() - t0
+            phase_done()
 
             t0 = time.perf_counter()
             bm25s = _bm25s()
@@ -314,6 +327,7 @@ class IndexStore:
             bm25.index(corpus_tokens, show_progress=False)
             bm25.save(str(folder / "bm25"), show_progress=False)
             build_head_index(chunks, stem=True).save(str(folder / "bm25_head"), show_progress=False)
+            phase_done()
             (folder / "catalog.json").write_text(json.dumps(catalog.to_dict(), ensure_ascii=False), encoding="utf-8")
 
             db = _connect(self.lancedb_uri)
@@ -328,6 +342,7 @@ class IndexStore:
             if table.count_rows() != len(chunks):
                 raise IndexError_(f"vector table holds {table.count_rows()} rows, expected {len(chunks)}")
             timings["write"] = time.perf_counter() - t0
+            phase_done()
 
             t0 = time.perf_counter()
             probe_vectors = np.stack([embedder.embed_query(p) for p in PROBES])

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from rag.engine.chunk import chunk_documents
@@ -186,8 +186,15 @@ def _refuse_if_building(kb: KnowledgeBase) -> None:
 
 
 def _start_version(kb: KnowledgeBase) -> IndexVersion:
+    """A new "building" version; the database holds the one-build-per-base rule (index_version_one_build), so a
+    second process that passed the check at the same moment is refused by the insert, not let through."""
     _refuse_if_building(kb)
-    return IndexVersion.objects.create(kb=kb, name=_new_version_name(), model_id=get_engine().embedder.model_id)
+    try:
+        with transaction.atomic():
+            return IndexVersion.objects.create(kb=kb, name=_new_version_name(),
+                                               model_id=get_engine().embedder.model_id)
+    except IntegrityError:
+        raise ServiceError("index_build_running", f"A build of {kb.slug} is already running.", status=409) from None
 
 
 def index_build(kb: KnowledgeBase, *, progress=None, activate: bool = True,

@@ -153,6 +153,18 @@ def test_a_second_build_of_the_same_chunks_embeds_nothing(tmp_store, fixture_chu
     assert tmp_store.exists("sdk", "v1") and tmp_store.exists("sdk", "v2")
 
 
+def test_a_build_reports_progress_after_each_phase_even_with_nothing_to_embed(tmp_store, fixture_chunks,
+                                                                             counting_embedder):
+    """The service's heartbeat rides on progress: a build that embeds nothing still beats while it writes."""
+    chunks = chunks_from(fixture_chunks, "Fog.md", "Color.md")
+    tmp_store.build("sdk", "v1", chunks, counting_embedder)
+    calls = []
+
+    tmp_store.build("sdk", "v2", chunks, counting_embedder, progress=lambda done, total: calls.append((done, total)))
+
+    assert calls == [(0, 0)] * 4  # embedding done, then after tokenizing, the BM25 indexes and the vector table
+
+
 def test_a_changed_chunk_is_the_only_one_embedded_again(tmp_store, fixture_chunks, counting_embedder):
     chunks = chunks_from(fixture_chunks, "Fog.md", "Color.md")
     tmp_store.build("sdk", "v1", chunks, counting_embedder)

@@ -256,3 +256,18 @@ def test_kb_ensure_refuses_bad_input(tmp_path, slug, source, code):
 
     assert raised.value.code == code
     assert row_counts() == (0, 0, 0, 0)
+
+
+def test_the_database_holds_one_build_per_base_even_when_two_starters_pass_the_check(built_kb, monkeypatch):
+    """Two processes that both find no running build at the same moment: the second insert is refused."""
+    from rag.models import IndexVersion
+    from rag.services import knowledge
+
+    first = knowledge._start_version(built_kb)
+    monkeypatch.setattr(knowledge, "_refuse_if_building", lambda kb: None)  # the check both passed
+
+    with pytest.raises(ServiceError) as refused:
+        knowledge._start_version(built_kb)
+
+    assert (refused.value.code, refused.value.status) == ("index_build_running", 409)
+    assert list(IndexVersion.objects.filter(kb=built_kb, status="building")) == [first]

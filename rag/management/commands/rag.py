@@ -44,7 +44,7 @@ class Progress:
         self.started = time.monotonic()
 
     def __call__(self, done: int, total: int) -> None:
-        if total <= 0:
+        if total <= 0 or (done >= total and self.last >= 100):  # the build's later phases repeat the end: shown once
             return
         percent = int(done * 100 / total)
         if self.tty:
