@@ -7,7 +7,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 export OPENBLAS_NUM_THREADS ?= 1
 
-.PHONY: install run test test-fast test-clock bench bench-load bench-ops bench-cli migrate clean
+.PHONY: install run prod test test-fast test-clock bench bench-load bench-ops bench-cli migrate clean
 
 $(STAMP): requirements.txt
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "$(PYTHON) not found; set PYTHON=python3.11" >&2; exit 1; }
@@ -31,6 +31,21 @@ run: migrate
 	@trap 'kill $$WORKER 2>/dev/null' EXIT INT TERM; \
 	$(VENV)/bin/celery -A ragsite worker --beat --schedule=$${RAG_DATA_DIR:-data}/celery/beat-schedule --loglevel=warning --concurrency=1 & WORKER=$$!; \
 	$(VENV)/bin/daphne -b $(HOST) -p $(PORT) ragsite.asgi:application
+
+# The production stack on this machine's PostgreSQL and Redis (override DATABASE_URL, REDIS_URL, RAG_DATA_DIR):
+# the Procfile under honcho, 2 Daphne processes on one socket, a Celery worker and beat. Ctrl-C stops them all.
+# MCP runs without sessions there: a session lives in one process, and the kernel hands a request to either.
+PROD_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/rag
+PROD_REDIS_URL ?= redis://127.0.0.1:6379/0
+prod: install
+	@export DATABASE_URL="$${DATABASE_URL:-$(PROD_DATABASE_URL)}" REDIS_URL="$${REDIS_URL:-$(PROD_REDIS_URL)}"; \
+	export CELERY_BROKER_URL="$${CELERY_BROKER_URL:-$$REDIS_URL}" CELERY_RESULT_BACKEND="$${CELERY_RESULT_BACKEND:-$$REDIS_URL}"; \
+	export RAG_DATA_DIR="$${RAG_DATA_DIR:-$(CURDIR)/data/prod}" RAG_EMBEDDING_THREADS="$${RAG_EMBEDDING_THREADS:-1}"; \
+	export RAG_MCP_STATELESS="$${RAG_MCP_STATELESS:-true}"; \
+	export PATH="$(CURDIR)/$(VENV)/bin:$$PATH" HOST="$(HOST)" PORT="$(PORT)"; \
+	mkdir -p "$$RAG_DATA_DIR/celery" && $(PY) -m ragsite.createdb && $(PY) manage.py migrate --noinput -v0 && \
+	$(PY) manage.py collectstatic --noinput -v0 && $(PY) manage.py rag reindex --if-changed --background && \
+	exec $(VENV)/bin/honcho start -f Procfile -p "$(PORT)"
 
 test: install
 	$(VENV)/bin/pytest
