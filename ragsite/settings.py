@@ -184,6 +184,8 @@ RAG_ENGINE = {
     "EMBEDDING_DIMENSION": env_int("RAG_EMBEDDING_DIMENSION", default=1024, minimum=1),
     "EMBEDDING_API_KEY": env_secret("RAG_EMBEDDING_API_KEY"),
     "EMBEDDING_THREADS": env_int("RAG_EMBEDDING_THREADS", default=0, minimum=0),  # 0: the library's default
+    # With REDIS_URL: a question's vector is kept in Redis too, so no other process embeds it again.
+    "SHARED_QUERY_VECTORS": env_bool("RAG_SHARED_QUERY_VECTORS", default=True),
     "GENERATION_BASE_URL": env_str("RAG_GENERATION_BASE_URL", default=""),  # "": extractive answers
     "GENERATION_MODEL": env_str("RAG_GENERATION_MODEL", default=""),
     "GENERATION_API_KEY": env_secret("RAG_GENERATION_API_KEY"),

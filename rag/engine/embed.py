@@ -111,9 +111,18 @@ class OpenAIEmbedder:
         return self._post([self.query_instruction + text])[0]
 
 
+class SharedVectors(Protocol):
+    """A cache of query vectors every process reads (Redis, rag.vector_cache); it never raises."""
+
+    def get(self, model_id: str, text: str) -> np.ndarray | None: ...
+
+    def put(self, model_id: str, text: str, vector: np.ndarray) -> None: ...
+
+
 @dataclass
 class QueryVectorCache:
-    """Return the same vector for the same question without embedding it again (per process, LRU).
+    """Return the same vector for the same question without embedding it again (per process, LRU), and, with a
+    `shared` cache, without any process embedding it again.
 
     No background prefetch: embedding a question on a second thread while the caller plans was measured
     slower on two cores (60 questions through `rag search -`: 13.9 s against 9.0 s), since the bundled model
@@ -122,8 +131,10 @@ class QueryVectorCache:
 
     embedder: Embedder
     max_entries: int = 4096
+    shared: SharedVectors | None = None
     hits: int = 0
     misses: int = 0
+    shared_hits: int = 0
     _entries: OrderedDict = field(default_factory=OrderedDict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -136,11 +147,17 @@ class QueryVectorCache:
                 self._entries.move_to_end(key)
                 self.hits += 1
                 return vector, True
-        vector = self.embedder.embed_query(text)
+        vector = self.shared.get(self.embedder.model_id, text) if self.shared is not None else None
+        found = vector is not None  # embedded by another process
+        if not found:
+            vector = self.embedder.embed_query(text)
+            if self.shared is not None:
+                self.shared.put(self.embedder.model_id, text, vector)
         vector.setflags(write=False)
         with self._lock:
             self.misses += 1
+            self.shared_hits += found
             self._entries[key] = vector
             while len(self._entries) > self.max_entries:
                 self._entries.popitem(last=False)
-        return vector, False
+        return vector, found
