@@ -135,19 +135,25 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--requests", type=int, default=120, help="requests per level at most")
     parser.add_argument("--seconds", type=float, default=60, help="seconds per level at most")
+    parser.add_argument("--url", help="measure a server already running there (`make prod`; run this with its "
+                                      "environment so the key lands in its database) instead of starting one Daphne")
+    parser.add_argument("--clients", default="1,4,16", help="the concurrency levels, comma-separated")
+    parser.add_argument("--only", choices=("search",), help="search: only /api/search and MCP search")
     args = parser.parse_args()
+    levels = [int(n) for n in args.clients.split(",")]
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
     manage = [sys.executable, "manage.py"]
-    subprocess.run(manage + ["migrate", "--noinput", "-v0"], cwd=ROOT, env=env, check=True)
-    subprocess.run(manage + ["rag", "reindex", "--if-changed"], cwd=ROOT, env=env, check=True,
-                   stdout=subprocess.DEVNULL)
+    if not args.url:
+        subprocess.run(manage + ["migrate", "--noinput", "-v0"], cwd=ROOT, env=env, check=True)
+        subprocess.run(manage + ["rag", "reindex", "--if-changed"], cwd=ROOT, env=env, check=True,
+                       stdout=subprocess.DEVNULL)
     app_id, key = subprocess.run(manage + ["shell", "-c", ISSUE_KEY], cwd=ROOT, env=env, check=True,
                                  capture_output=True, text=True).stdout.strip().splitlines()[-2:]
     port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-                               "ragsite.asgi:application"], cwd=ROOT, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
+    server = None if args.url else subprocess.Popen(
+        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "ragsite.asgi:application"], cwd=ROOT,
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = args.url.rstrip("/") if args.url else f"http://127.0.0.1:{port}"
     try:
         for _ in range(100):
             try:
@@ -157,18 +163,20 @@ def main() -> int:
                 time.sleep(0.2)
         requests.post(url + "/api/search", json={"question": "warm up"}, timeout=60)  # load model and index
         results = {}
-        for path in ("/api/search", "/api/chat"):
-            results[path] = [run_level(url, path, clients, args.requests, args.seconds) for clients in (1, 4, 16)]
+        search_only = args.only == "search"
+        for path in ("/api/search",) if search_only else ("/api/search", "/api/chat"):
+            results[path] = [run_level(url, path, clients, args.requests, args.seconds) for clients in levels]
         slug = os.environ.get("RAG_PRODUCT_SLUG", "sdk")
-        for tool in (f"search_{slug}_docs", f"ask_{slug}_docs"):
+        for tool in (f"search_{slug}_docs",) if search_only else (f"search_{slug}_docs", f"ask_{slug}_docs"):
             results["mcp " + tool] = [run_mcp_level(url, key, tool, clients, args.requests, args.seconds)
-                                      for clients in (1, 4, 16)]
-        for path, body in retrieval_faces(int(app_id)).items():
+                                      for clients in levels]
+        for path, body in {} if search_only else retrieval_faces(int(app_id)).items():
             results[path] = [run_level(url, path, clients, args.requests, args.seconds, body=body,
-                                       headers={"Authorization": f"Bearer {key}"}) for clients in (1, 4, 16)]
+                                       headers={"Authorization": f"Bearer {key}"}) for clients in levels]
     finally:
-        server.terminate()
-        server.wait(timeout=10)
+        if server is not None:
+            server.terminate()
+            server.wait(timeout=10)
     print(f"{'endpoint':26s} {'clients':>7s} {'requests':>8s} {'errors':>6s} {'p50 ms':>8s} {'p95 ms':>8s} {'req/s':>7s}")
     for path, levels in results.items():
         for r in levels:
