@@ -15,6 +15,7 @@ from evaluation.services.runs import eval_run_create, eval_run_retry, eval_runs_
 from evaluation.tasks import eval_run_execute_task
 from rag.models import RequestRecord
 from rag.tests.conftest import make_built_kb
+from rag.tests.live import wait_for
 from rag.tests.test_tasks import celery_on_redis  # noqa: F401  (the fixture: a worker on a private Redis queue)
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -29,16 +30,6 @@ def golden(count: int) -> str:
              "expected_classes": [CLASSES[n % 6]], "expected_members": [], "kb": "sdk", "source": ""}
             for n in range(count)]
     return "\n".join(json.dumps(r, ensure_ascii=False) for r in rows)
-
-
-def wait_for(predicate, seconds: float = 180):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError("timed out")
 
 
 def test_a_run_on_a_redis_worker_reports_progress_and_finishes(celery_on_redis, corpus_copy):  # noqa: F811

@@ -16,6 +16,17 @@ from django.conf import settings
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def wait_for(predicate, timeout: float = 180, what: str = "the condition", interval: float = 0.05):
+    """Poll `predicate` until it returns something true (returned), or fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -11,7 +11,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 import uuid
 
 import psycopg
@@ -19,7 +18,7 @@ import pytest
 import requests
 
 from conftest import FIXTURE_CORPUS
-from rag.tests.live import ROOT, free_port
+from rag.tests.live import ROOT, free_port, wait_for
 
 pytestmark = pytest.mark.slow
 POSTGRES = "postgres://postgres@127.0.0.1:5432"
@@ -32,16 +31,6 @@ def prod_database():
     yield f"{POSTGRES}/{name}"
     with psycopg.connect(f"{POSTGRES}/postgres", autocommit=True) as connection:
         connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-def wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def group_alive(group: int) -> bool:
