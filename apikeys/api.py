@@ -45,12 +45,17 @@ def bearer_of(authorization: str) -> str:
     if not authorization:
         raise ServiceError("missing_api_key", MISSING_KEY, status=401,
                            headers={"WWW-Authenticate": bearer_challenge("invalid_request", MISSING_KEY)})
-    scheme, _, raw = authorization.partition(" ")
-    if scheme.lower() != "bearer" or not raw.strip():
+    if not is_bearer(authorization):
         message = "Send the key as `Authorization: Bearer <key>`."
         raise ServiceError("invalid_api_key", message, status=401,
                            headers={"WWW-Authenticate": bearer_challenge("invalid_request", message)})
-    return raw.strip()
+    return authorization.partition(" ")[2].strip()
+
+
+def is_bearer(authorization: str) -> bool:
+    """Whether an Authorization value has the form `Bearer <something>` (the key itself is checked apart)."""
+    scheme, _, raw = authorization.partition(" ")
+    return scheme.lower() == "bearer" and bool(raw.strip())
 
 
 CHALLENGE = response_header("WWW-Authenticate", "A Bearer challenge with `error` and `error_description` "

@@ -16,6 +16,7 @@ from rest_framework.parsers import JSONParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from apikeys.api import is_bearer
 from rag.errors import ServiceError
 from rag.models import Channel
 from rag.services.filters import condition_of, filter_of
@@ -80,10 +81,23 @@ def _conditions(metadata_condition, *, logic_key: str, null_conditions_filter: b
 # -- seed 002: POST /api/v1/retrieval --------------------------------------------------------------------
 
 
+def _error_of(exc: Exception, face: str) -> ServiceError:
+    """A failure as the ServiceError a face shapes: an unexpected one is logged and shown as internal_error."""
+    if isinstance(exc, ServiceError):
+        return exc
+    log.exception("%s retrieval request failed", face)
+    return INTERNAL
+
+
+def _with_headers(response, headers: dict[str, str], *, skip: tuple[str, ...] = ()):
+    for name, value in headers.items():
+        if name.lower() not in skip:
+            response[name] = value
+    return response
+
+
 def seed_failure(exc: Exception) -> Response:
-    error = exc if isinstance(exc, ServiceError) else INTERNAL
-    if not isinstance(exc, ServiceError):
-        log.exception("retrieval API request failed")
+    error = _error_of(exc, "open")
     body = {"code": SEED_CODES.get(error.code, SEED_CODES["internal_error"]), "msg": error.message,
             "message": error.message, "error": error.code, "data": None}
     if error.request_id:
@@ -170,15 +184,10 @@ def _json_object(request: HttpRequest, *, when_empty: dict | None = None) -> dic
 
 
 def _ragflow_failure(exc: Exception) -> JsonResponse:
-    error = exc if isinstance(exc, ServiceError) else INTERNAL
-    if not isinstance(exc, ServiceError):
-        log.exception("RAGFlow retrieval request failed")
+    error = _error_of(exc, "RAGFlow")
     status = error.status if error.status in (401, 405, 429) else 200
-    response = JsonResponse({"code": RAGFLOW_CODES.get(error.code, 101), "message": error.message,
-                             "error": error.code}, status=status)
-    for name, value in error.headers.items():
-        response[name] = value
-    return response
+    return _with_headers(JsonResponse({"code": RAGFLOW_CODES.get(error.code, 101), "message": error.message,
+                                       "error": error.code}, status=status), error.headers)
 
 
 def _integer_or(value, default: int, name: str, low: int, high: int) -> int:
@@ -226,10 +235,8 @@ def ragflow_retrieval(request: HttpRequest) -> JsonResponse:
     except Exception as exc:  # noqa: BLE001 - every failure becomes RAGFlow's {code, message}
         return _ragflow_failure(exc)
     highlight = body.get("highlight") is True
-    response = JsonResponse({"code": 0, "data": ragflow_data(outcome, with_highlight=highlight)})
-    for name, value in call["headers"].items():
-        response[name] = value
-    return response
+    return _with_headers(JsonResponse({"code": 0, "data": ragflow_data(outcome, with_highlight=highlight)}),
+                         call["headers"])
 
 
 # -- Dify: POST /dify/retrieval -----------------------------------------------------------------------
@@ -238,19 +245,14 @@ DIFY_ERRORS = {"missing_api_key": (1001, 403), "invalid_api_key": (1002, 403), "
                "kb_not_found": (2001, 404), "kb_not_allowed": (2001, 404), "app_not_published": (1002, 403)}
 
 
-def _dify_failure(exc: Exception) -> JsonResponse:
-    error = exc if isinstance(exc, ServiceError) else INTERNAL
-    if not isinstance(exc, ServiceError):
-        log.exception("Dify retrieval request failed")
+def _dify_failure(exc: Exception, *, malformed_header: bool = False) -> JsonResponse:
+    error = _error_of(exc, "Dify")
     code, status = DIFY_ERRORS.get(error.code, (None, error.status))
-    if error.code == "invalid_api_key" and error.message.startswith("Send the key as"):
-        code = 1001  # not `Bearer <key>`: the header's format
-    response = JsonResponse({"error_code": code if code is not None else error.status, "error_msg": error.message,
-                             "error": error.code}, status=status)
-    for name, value in error.headers.items():
-        if name.lower() != "www-authenticate":
-            response[name] = value
-    return response
+    if malformed_header:
+        code = 1001  # the Authorization header is not `Bearer <key>`: its format, not the key
+    return _with_headers(JsonResponse({"error_code": code if code is not None else error.status,
+                                       "error_msg": error.message, "error": error.code}, status=status),
+                         error.headers, skip=("www-authenticate",))
 
 
 @csrf_exempt
@@ -280,8 +282,6 @@ def dify_retrieval(request: HttpRequest) -> JsonResponse:
                 settings=(setting,), filter=filter_of(conditions=conditions, logic=logic), caller=caller))
             call["outcome"] = outcome
     except Exception as exc:  # noqa: BLE001 - every failure becomes Dify's {error_code, error_msg}
-        return _dify_failure(exc)
-    response = JsonResponse({"records": [dify_record(c) for c in outcome.chunks]})
-    for name, value in call["headers"].items():
-        response[name] = value
-    return response
+        header = request.headers.get("Authorization", "")
+        return _dify_failure(exc, malformed_header=bool(header) and not is_bearer(header))
+    return _with_headers(JsonResponse({"records": [dify_record(c) for c in outcome.chunks]}), call["headers"])

@@ -555,6 +555,15 @@ class VersionReader:
                 self._positions = {(c.source, c.chunk_index): i for i, c in enumerate(self.chunks)}
         return self._positions
 
+    def document_frequency(self, token: str) -> int:
+        """The number of chunks whose BM25 text holds a token (bm25s keeps one column of its sparse score matrix
+        per token, so a token's frequency is the length of its column)."""
+        column = self.bm25.vocab_dict.get(token)
+        indptr = self.bm25.scores["indptr"]
+        if column is None or column + 1 >= len(indptr):
+            return 0
+        return int(indptr[column + 1] - indptr[column])
+
     def vocabulary_coverage(self, tokens: list[str]) -> float:
         """Share of the tokens that occur anywhere in this version's corpus."""
         if not tokens:

@@ -80,7 +80,7 @@ class Searcher:
         coverage = reader.vocabulary_coverage(tokens)
         exemplar = weighted = None
         if dense is not None and not _names_something(plan):
-            weighted = weighted_coverage(tokens, _document_frequency(reader), reader.bm25_count)
+            weighted = weighted_coverage(tokens, reader.document_frequency, reader.bm25_count)
             vector, _ = self.queries.embed_query(plan.corrected_question)  # cached by the dense route
             exemplar = self.exemplars.similarity(self.queries.embedder, vector)
         if dense is not None and self.gate.is_chitchat(plan, dense.best_similarity, coverage, offtopic,
@@ -197,20 +197,6 @@ def _marked_reranked(hits: tuple[Hit, ...], reranked: RerankResult) -> tuple[Hit
     """Say which adopted hits carry a rerank score (source "rerank") rather than a fused one."""
     ids = {h.chunk.chunk_id for h in reranked.hits if h.source == "rerank"}
     return tuple(replace(h, source="rerank") if h.chunk.chunk_id in ids else h for h in hits)
-
-
-def _document_frequency(reader: VersionReader):
-    """Return a function giving the number of chunks whose BM25 text holds a token (bm25s keeps one
-    column of its sparse score matrix per token, so a token's frequency is the length of its column)."""
-    vocabulary, indptr = reader.bm25.vocab_dict, reader.bm25.scores["indptr"]
-
-    def frequency(token: str) -> int:
-        column = vocabulary.get(token)
-        if column is None or column + 1 >= len(indptr):
-            return 0
-        return int(indptr[column + 1] - indptr[column])
-
-    return frequency
 
 
 def _names_something(plan: Plan) -> bool:

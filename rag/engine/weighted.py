@@ -55,9 +55,7 @@ class WeightedResult:
 
 def idf(reader: VersionReader, token: str) -> float:
     """Lucene's BM25 IDF, ln(1 + (N − df + 0.5) / (df + 0.5)), as bm25s scores with it."""
-    column = reader.bm25.vocab_dict.get(token)
-    indptr = reader.bm25.scores["indptr"]
-    df = int(indptr[column + 1] - indptr[column]) if column is not None and column + 1 < len(indptr) else 0
+    df = reader.document_frequency(token)
     n = reader.bm25_count
     return math.log(1 + (n - df + 0.5) / (df + 0.5))
 

@@ -145,7 +145,7 @@ def _values(document: Document, name: str) -> list:
     if field == "kb":
         return [document.kb.slug, str(document.kb_id)]
     if field == "url":
-        return [document_url(document)] if document_url(document) else []
+        return [url] if (url := document_url(document)) else []
     if field is not None:
         return [getattr(document, field)]
     labelled = [row.value.value for row in document.document_labels.all() if row.value.label.name == name]

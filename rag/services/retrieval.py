@@ -17,7 +17,7 @@ and the window `[offset, offset + top_n)` is returned.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from django.conf import settings
@@ -53,12 +53,6 @@ class RetrievalSetting:
     enable_kb_priority: bool = False
     kb_priority: tuple[tuple[str, tuple], ...] = ()  # ("p0", (kb ids…)), …
     extra: dict = field(default_factory=dict)
-
-    def as_dict(self) -> dict:
-        values = {f.name: getattr(self, f.name) for f in fields(self)}
-        values["label_value_ids"] = list(self.label_value_ids)
-        values["kb_priority"] = {name: list(ids) for name, ids in self.kb_priority}
-        return values
 
 
 def _invalid(name: str, rule: str) -> ServiceError:
@@ -184,8 +178,7 @@ class RetrievedChunk:
     text: str
     kb: KnowledgeBase
     document: Document | None  # None only for a page the database no longer lists
-    title: str
-    heading_path: tuple[str, ...]
+    title: str  # the heading path
     similarity: float
     vector_similarity: float
     term_similarity: float
@@ -193,7 +186,6 @@ class RetrievedChunk:
     tokens: tuple[str, ...]  # the content as the index tokenizes it
     keywords: tuple[str, ...]  # its top keywords by BM25 weight
     highlight: str
-    position: int  # within its page
     source: str  # the page's path
 
     @property
@@ -204,7 +196,6 @@ class RetrievedChunk:
 @dataclass(frozen=True, slots=True)
 class DocumentAggregate:
     document: Document | None
-    kb: KnowledgeBase
     source: str
     title: str
     count: int
@@ -220,12 +211,8 @@ class RetrievalOutcome:
     chunks: tuple[RetrievedChunk, ...]  # the window
     doc_aggs: tuple[DocumentAggregate, ...]  # over every passing chunk, most chunks first
     summary: str
-    keywords: str  # the model's search keywords (enhanced search)
     setting: RetrievalSetting
-    knowledge_bases: tuple[KnowledgeBase, ...]
-    rerank: str  # "api", "llm", "api+llm" (the API, then the model) or "none"
-    latency_ms: float
-    usage: Usage
+    usage: Usage  # what the model calls (rerank, keywords, summary) cost
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,8 +303,7 @@ def question_retrieve(request: RetrievalRequest) -> RetrievalOutcome:
             usage += summary_usage
         outcome = RetrievalOutcome(
             request_id=call.request_id, question=question, total=len(passing), chunks=chunks,
-            doc_aggs=_aggregates(passing, documents), summary=summary, keywords=keywords, setting=setting,
-            knowledge_bases=tuple(kbs), rerank=rerank, latency_ms=round(call.elapsed_ms(), 3), usage=usage)
+            doc_aggs=_aggregates(passing, documents), summary=summary, setting=setting, usage=usage)
         call.record(result=_search_result(question, window, ",".join(versions), timings, rerank, keywords))
         return outcome
 
@@ -429,19 +415,19 @@ def _shown(candidate: _Candidate, documents: dict) -> RetrievedChunk:
     hit, reader, chunk = candidate.hit, candidate.reader, candidate.hit.chunk
     return RetrievedChunk(
         chunk_id=chunk.chunk_id, text=chunk.text, kb=candidate.kb, document=documents.get((candidate.kb.pk, chunk.source)),
-        title=" > ".join(chunk.heading_path) or chunk.title, heading_path=chunk.heading_path,
+        title=" > ".join(chunk.heading_path) or chunk.title,
         similarity=round(hit.similarity, 6), vector_similarity=round(hit.vector_similarity, 6),
         term_similarity=round(hit.term_similarity, 6),
         rank_score=round(candidate.rank_score, 6) if candidate.rank_score is not None else None,
         tokens=tuple(content_tokens(reader, chunk)), keywords=tuple(important_keywords(reader, chunk)),
-        highlight=highlight(reader, chunk.text, candidate.tokens), position=chunk.chunk_index, source=chunk.source)
+        highlight=highlight(reader, chunk.text, candidate.tokens), source=chunk.source)
 
 
 def _aggregates(passing: list[_Candidate], documents: dict) -> tuple[DocumentAggregate, ...]:
     groups: dict[tuple[int, str], list[_Candidate]] = {}
     for candidate in passing:
         groups.setdefault((candidate.kb.pk, candidate.hit.chunk.source), []).append(candidate)
-    aggregates = [DocumentAggregate(document=documents.get(key), kb=members[0].kb, source=key[1],
+    aggregates = [DocumentAggregate(document=documents.get(key), source=key[1],
                                     title=members[0].hit.chunk.title, count=len(members),
                                     avg_score=round(sum(c.score for c in members) / len(members), 6),
                                     semantic_score=round(sum(c.hit.vector_similarity for c in members) / len(members), 6))
