@@ -35,20 +35,21 @@ def key_call(key: ApiKey, caller: Caller, question) -> Iterator[dict[str, str]]:
     set its "outcome" to the RetrievalOutcome. A refusal (the key's limits, or the face's own checks before the
     question service) is recorded and raised; a failure counts as one on the key; a success adds the model tokens
     it spent."""
-    channel = Channel(caller.tool)
+    def refused(error: ServiceError) -> None:
+        question_refused(QuestionRequest(question=question, channel=Channel(caller.tool), kb="", caller=caller),
+                         kind=RequestRecord.Kind.SEARCH, error=error)
+
     try:
         headers = api_key_admit_call(key=key, tool=caller.tool)
     except ServiceError as exc:
-        question_refused(QuestionRequest(question=question, channel=channel, kb="", caller=caller),
-                         kind=RequestRecord.Kind.SEARCH, error=exc)
+        refused(exc)
         raise
     state = {"headers": headers}
     try:
         yield state
     except Exception as exc:
         if isinstance(exc, ServiceError) and not exc.request_id:  # refused by the face, before the service
-            question_refused(QuestionRequest(question=question, channel=channel, kb="", caller=caller),
-                             kind=RequestRecord.Kind.SEARCH, error=exc)
+            refused(exc)
         api_key_usage_settle(key_id=key.pk, tool=caller.tool, failed=True)
         raise
     outcome: RetrievalOutcome | None = state.get("outcome")
