@@ -13,6 +13,7 @@ import json
 from collections.abc import Iterator
 
 from django.conf import settings
+from django.db import DatabaseError
 from django.http import HttpRequest
 
 from cgrag import scopes
@@ -200,10 +201,16 @@ def warmup(request: HttpRequest, request_id: str) -> dict:
 
 @route("GET")
 def healthz(request: HttpRequest, request_id: str) -> dict:
-    """Liveness, with the active profile's summary as the seed's /healthz; knowledge_bases_ready as before."""
-    bases = scopes.knowledge_bases()
+    """Liveness, with the active profile's summary as the seed's /healthz; knowledge_bases_ready as before.
+    The process answers, so it is alive: without its database it still says ok, only without the summary (a
+    load balancer must not restart every process for a database outage; /readyz tells that one)."""
+    alive = {"ok": True, "device": "cpu", "store_topk": _config()["DEFAULT_TOPK"]}
+    try:
+        bases = scopes.knowledge_bases()
+    except DatabaseError:
+        return {**alive, "summary": "unavailable: the database does not answer"}
     active_kb = scopes.active_knowledge_base(bases)
-    return {"ok": True, "device": "cpu", "store_topk": _config()["DEFAULT_TOPK"],
+    return {**alive,
             "available_scopes": scopes.available_scopes(bases), "default_scope": scopes.default_scope(),
             "active_scope": scopes.active_scope(),
             "retrieval_method": active_kb.active_version.model_id if active_kb and active_kb.active_version else "",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 
 import pytest
+import requests
 
 from rag.pipeline import get_engine, reset_engine
 
@@ -54,3 +55,16 @@ def test_not_ready_when_the_active_index_does_not_open(client, built_kb, setting
 
     assert response.status_code == 503
     assert response.json()["checks"]["index:sdk"].startswith("does not open")
+
+
+@pytest.mark.slow
+def test_without_its_database_a_live_process_is_alive_but_not_ready():
+    from rag.tests.live import daphne
+
+    with daphne(DATABASE_URL="postgres://postgres@127.0.0.1:9/nowhere", REDIS_URL="", RAG_WARM_UP="false") as url:
+        alive = requests.get(url + "/healthz", timeout=10)
+        ready = requests.get(url + "/readyz", timeout=10)
+
+    assert alive.status_code == 200 and alive.json()["ok"] is True and "unavailable" in alive.json()["summary"]
+    assert ready.status_code == 503
+    assert ready.json() == {"ready": False, "checks": {"database": "unavailable: OperationalError"}}
