@@ -134,8 +134,10 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env_str("REDIS_URL", default="")
 if REDIS_URL:
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
-    CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}}
+    # Redis stopped or stalled answers as misses within 1 s (rag/redis_cache.py), never a 500 or a hang.
+    CACHES = {"default": {"BACKEND": "rag.redis_cache.ResilientRedisCache", "LOCATION": REDIS_URL}}
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [
+        {"address": REDIS_URL, "socket_timeout": 1, "socket_connect_timeout": 1}]}}}
 else:
     # A file cache is shared by every process on this machine (Daphne and the Celery worker).
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
