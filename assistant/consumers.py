@@ -10,6 +10,7 @@ from django.db import connections
 
 from assistant.api import AskInput
 from assistant.services import web_chat_stream
+from rag.streams import BUSY_RETRY_AFTER, answer_streams
 
 
 class ChatConsumer(AsyncJsonWebsocketConsumer):
@@ -34,30 +35,51 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         self.task = asyncio.create_task(self._stream(data.validated_data, self.cancel))
 
     async def _stream(self, ask: dict, cancel: threading.Event):
+        """Run the answer on an answer thread (rag.streams) and forward its events; "busy" when none is free, a
+        final error frame when the answer runs past its deadline."""
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue = asyncio.Queue()
+        streams = answer_streams()
+        ends_at = streams.ends_at()
+
+        def cancelled() -> bool:
+            return cancel.is_set() or streams.clock() >= ends_at
 
         def produce():
             try:
-                for event in web_chat_stream(**ask, cancelled=cancel.is_set):
+                for event in web_chat_stream(**ask, cancelled=cancelled):
                     loop.call_soon_threadsafe(queue.put_nowait, event)
             except Exception:  # noqa: BLE001 - the page gets an error frame, the worker thread survives
                 loop.call_soon_threadsafe(queue.put_nowait, {"type": "error", "code": "service_error",
                                                              "message": "The answer failed."})
             finally:
-                connections.close_all()  # this executor thread's own connections: none left open idle
+                connections.close_all()  # this thread's own connections: none left open idle
                 loop.call_soon_threadsafe(queue.put_nowait, None)
 
-        worker = loop.run_in_executor(None, produce)
+        worker = streams.submit(produce)
+        if worker is None:
+            self.answering = False
+            await self.send_json({"type": "error", "code": "busy", "retry_after": BUSY_RETRY_AFTER,
+                                  "message": "Too many answers are being written right now; ask again in a moment."})
+            return
         try:
-            while (event := await queue.get()) is not None:
+            while True:
+                try:
+                    event = await asyncio.wait_for(queue.get(), timeout=max(0.0, ends_at - streams.clock()))
+                except TimeoutError:
+                    cancel.set()  # the producer stops at its next check; its thread frees its slot then
+                    await self.send_json({"type": "error", "code": "answer_deadline",
+                                          "message": "The answer took too long and was stopped."})
+                    return
+                if event is None:
+                    break
                 if event["type"] in ("final", "error"):
                     self.answering = False  # the page may ask its next question once it has this frame
                 if not cancel.is_set():
                     await self.send_json(event)
         finally:
             self.answering = False
-        await worker
+        await asyncio.wrap_future(worker)
 
     async def disconnect(self, code):
         self.cancel.set()

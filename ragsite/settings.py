@@ -275,6 +275,12 @@ RAG_CAPACITY = {
     "WAIT_TIMEOUT": env_float("RAG_CAPACITY_WAIT_TIMEOUT", default=5.0, minimum=0),
     "SHARED_BY": "redis" if REDIS_URL else "machine",
 }
+# Streamed answers (the chat page's WebSocket, CG_RAG's SSE) run on threads of their own (rag/streams.py):
+# at most THREADS at once per process (then "busy"), each for at most DEADLINE seconds.
+RAG_ANSWER_STREAMS = {
+    "THREADS": env_int("RAG_ANSWER_THREADS", default=8, minimum=1),
+    "DEADLINE": env_float("RAG_ANSWER_DEADLINE", default=180.0, minimum=1),
+}
 # The question service's retrieval cache (a face opts in: CG_RAG's retrieve-rerank), per process.
 RAG_RETRIEVAL_CACHE = {
     "TTL_SECONDS": env_float("RAG_RETRIEVAL_CACHE_TTL", default=300.0, minimum=0),

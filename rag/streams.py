@@ -1,0 +1,75 @@
+"""Where streamed answers run: a bounded pool of threads of their own, never the event loop's default executor.
+
+A streamed answer blocks a thread for as long as the model writes (seconds, or a read timeout when it stalls).
+On the loop's default executor (a few threads on a small machine) a handful of slow sockets would stall
+everything else that hands work to it: MCP's key checks and tool calls, database calls of async views. Here
+each answer takes a slot of `THREADS`; with none free the face answers "busy" at once (an error frame, or 429
+with Retry-After) instead of queueing, and every answer ends by `DEADLINE` seconds: its `cancelled()` turns true
+and the face sends a final error frame.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Callable
+
+from django.conf import settings
+
+BUSY_RETRY_AFTER = 5  # seconds a refused caller is asked to wait
+
+
+@dataclass
+class AnswerStreams:
+    threads: int
+    deadline: float  # seconds an answer may stream in all
+    clock: Callable[[], float] = time.monotonic
+    _executor: ThreadPoolExecutor = field(init=False, repr=False)
+    _slots: threading.BoundedSemaphore = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._executor = ThreadPoolExecutor(self.threads, thread_name_prefix="rag-answer")
+        self._slots = threading.BoundedSemaphore(self.threads)
+
+    def submit(self, produce: Callable[[], None]) -> Future | None:
+        """Run `produce` on an answer thread; None (nothing started) when every slot is taken."""
+        if not self._slots.acquire(blocking=False):
+            return None
+        try:
+            future = self._executor.submit(produce)
+        except BaseException:
+            self._slots.release()
+            raise
+        future.add_done_callback(lambda _: self._slots.release())
+        return future
+
+    def ends_at(self) -> float:
+        """The deadline of an answer starting now, on `clock`."""
+        return self.clock() + self.deadline
+
+    def in_use(self) -> int:
+        return self.threads - self._slots._value  # noqa: SLF001 - the semaphore's own count, read for the ops pages
+
+
+_streams: AnswerStreams | None = None
+_lock = threading.Lock()
+
+
+def answer_streams() -> AnswerStreams:
+    """This process's answer threads, sized by settings.RAG_ANSWER_STREAMS."""
+    global _streams
+    if _streams is None:
+        with _lock:
+            if _streams is None:
+                config = settings.RAG_ANSWER_STREAMS
+                _streams = AnswerStreams(threads=config["THREADS"], deadline=config["DEADLINE"])
+    return _streams
+
+
+def reset_answer_streams() -> None:
+    """Forget the pool (tests change its settings); answers running on the old one finish there."""
+    global _streams
+    with _lock:
+        _streams = None
