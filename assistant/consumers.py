@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
+import weakref
 
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.db import connections
@@ -12,9 +14,65 @@ from assistant.api import AskInput
 from assistant.services import web_chat_stream
 from rag.streams import BUSY_RETRY_AFTER, answer_streams
 
+SHUTDOWN_WAIT = 5.0  # seconds a stopping server gives a cancelled answer to record itself
+_open: weakref.WeakSet = weakref.WeakSet()  # this process's chat sockets
+_draining = False
+
+
+def _drain_on_shutdown() -> None:
+    """Under Daphne, end every answer in flight before a stopping server closes its sockets (SIGTERM).
+
+    Daphne cancels each application before the reactor shuts down, but a connection that never reached an
+    application (a load balancer's TCP probe) makes that step raise for all of them; so the consumers also
+    take part in Twisted's own "before shutdown" phase, registered once, on the first socket of the process.
+    Outside Daphne (tests, other servers) no reactor is running and nothing is registered."""
+    global _draining
+    reactor = sys.modules.get("twisted.internet.reactor")
+    if _draining or reactor is None or not getattr(reactor, "running", False):
+        return
+    _draining = True
+
+    def drain():
+        from twisted.internet import defer
+
+        answering = [c for c in list(_open) if c.task is not None and not c.task.done()]
+        if not answering:
+            return None
+        return defer.Deferred.fromFuture(asyncio.ensure_future(
+            asyncio.gather(*(c._server_stopping() for c in answering), return_exceptions=True)))
+
+    reactor.addSystemEventTrigger("before", "shutdown", drain)
+
 
 class ChatConsumer(AsyncJsonWebsocketConsumer):
     """One socket per page; one answer at a time. Closing the socket stops the model's stream."""
+
+    task: asyncio.Task | None = None
+    worker = None  # the answer thread's future
+    stopping = False
+
+    async def __call__(self, scope, receive, send):
+        _drain_on_shutdown()
+        _open.add(self)
+        try:
+            await super().__call__(scope, receive, send)
+        except asyncio.CancelledError:  # the server is stopping: Daphne cancels every application on SIGTERM
+            await self._server_stopping()
+            raise
+
+    async def _server_stopping(self):
+        """End an answer in flight with a final error frame, and give it a moment to record itself."""
+        if self.stopping or self.task is None or self.task.done():
+            return
+        self.stopping = True
+        self.cancel.set()
+        try:
+            await self.send_json({"type": "error", "code": "server_stopping", "retry_after": BUSY_RETRY_AFTER,
+                                  "message": "The server is restarting; ask again in a moment."})
+        except Exception:  # noqa: BLE001 - the socket may be gone already
+            pass
+        if self.worker is not None:
+            await asyncio.wait([asyncio.wrap_future(self.worker)], timeout=SHUTDOWN_WAIT)
 
     async def connect(self):
         self.cancel = threading.Event()
@@ -56,7 +114,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
                 connections.close_all()  # this thread's own connections: none left open idle
                 loop.call_soon_threadsafe(queue.put_nowait, None)
 
-        worker = streams.submit(produce)
+        worker = self.worker = streams.submit(produce)
         if worker is None:
             self.answering = False
             await self.send_json({"type": "error", "code": "busy", "retry_after": BUSY_RETRY_AFTER,
