@@ -9,6 +9,9 @@ chunks (`chunks.json`) and vectors (`vectors.npy`) in its folder, listed in the 
 and SHA-1, so opening it needs only numpy and json: importing LanceDB costs seconds, which a one-shot
 `rag search` would pay on every question. Versions without those files (built before them, or searched
 through the ANN index) are read from LanceDB.
+
+On object storage (objects.py) the LanceDB database is a bucket prefix and the folders are published beside it
+once complete, manifest last; each machine opens a version from its own copy of the folder, fetched once.
 """
 
 from __future__ import annotations
