@@ -33,14 +33,20 @@ def token_pool_today() -> TokenPool:
 
 
 class _Settlement:
-    """What one answer really cost; a server that reports no usage still spent tokens (the estimate)."""
+    """What one answer really cost: the usage the model reported; the estimate when a model that wrote the
+    answer reported none; nothing when no model wrote it (an open breaker, a call that failed), so an outage
+    gives every reservation back instead of draining the pool. Unsettled (the reader left, an exception),
+    the estimate stays spent."""
 
     def __init__(self, estimate: int):
         self.estimate = estimate
         self.actual = estimate
 
-    def settle(self, tokens: int) -> None:
-        self.actual = tokens if tokens > 0 else self.estimate
+    def settle(self, tokens: int, *, model_called: bool = True) -> None:
+        if not model_called:
+            self.actual = max(tokens, 0)
+        else:
+            self.actual = tokens if tokens > 0 else self.estimate
 
 
 class WebTokenPool:

@@ -133,7 +133,14 @@ def make_embedder():
 
 
 class CacheBreakerStore:
-    """Keep the circuit breaker's state in the Django cache, so every process sees the same breaker."""
+    """Keep the circuit breaker's state in the Django cache, so every process sees the same breaker.
+
+    The state holds its own deadlines (the cool-down, a trial's expiry, a 429's Retry-After), so it is saved
+    with a timeout far past any of them: a state nobody has touched for a day (a trial flag left by a killed
+    process, failures from last week) is forgotten instead of being kept forever.
+    """
+
+    timeout = 24 * 3600  # seconds
 
     def __init__(self, key: str):
         self.key = key
@@ -146,7 +153,7 @@ class CacheBreakerStore:
     def save(self, state: dict) -> None:
         from django.core.cache import cache
 
-        cache.set(self.key, state, timeout=None)
+        cache.set(self.key, state, timeout=self.timeout)
 
 
 def breaker_key() -> str:

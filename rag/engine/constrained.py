@@ -146,20 +146,22 @@ class ConstrainedChooser:
         enabled = self.thinking if thinking is None else thinking
         extra = {"response_format": {"type": "json_object"}, **thinking_fields(self.provider, enabled)}
         messages = choice_messages(question, candidates, max_items)
-        if not self.breaker.allow():
+        attempt = self.breaker.attempt(timeout=self.client.timeout[1])
+        if attempt is None:
             raise ChoiceError("circuit_open", "the generation model is skipped after repeated failures")
         reasoning: list[str] = []
-        try:
-            if stream:
-                text, usage = self._streamed(messages, extra, reasoning, cancelled)
-            else:
-                completion = self.client.complete_full(messages, extra=extra)
-                text, usage = completion.text, completion.usage
-                reasoning.append(completion.reasoning)
-        except GenerationError as exc:
-            self.breaker.record_failure(exc.kind)
-            raise ChoiceError(exc.kind, str(exc)) from exc
-        self.breaker.record_success()
+        with attempt:  # a cancelled trial ends as a failure, so it cannot keep the breaker open
+            try:
+                if stream:
+                    text, usage = self._streamed(messages, extra, reasoning, cancelled)
+                else:
+                    completion = self.client.complete_full(messages, extra=extra)
+                    text, usage = completion.text, completion.usage
+                    reasoning.append(completion.reasoning)
+            except GenerationError as exc:
+                attempt.failed(exc)
+                raise ChoiceError(exc.kind, str(exc)) from exc
+            attempt.succeeded()
         thought = "".join(reasoning) + "".join(m[7:-8] for m in THINK_RE.findall(text))
         try:
             indices = parse_indices(text, len(candidates), max_items)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -30,18 +31,44 @@ class Completion:
     usage: Usage
 
 
-class GenerationError(Exception):
-    """The model could not give a usable answer: timeout, HTTP error or malformed output."""
+class UpstreamError(Exception):
+    """A model or API gave no usable answer: `kind` says how; an HTTP error also has its `status`, and a 429
+    the seconds its Retry-After asked to wait (`retry_after`, None without one)."""
 
-    def __init__(self, kind: str, message: str):
+    def __init__(self, kind: str, message: str, *, status: int | None = None, retry_after: float | None = None):
         super().__init__(message)
         self.kind = kind  # "timeout", "http", "connection", "malformed"
+        self.status = status
+        self.retry_after = retry_after
 
 
-def post_json(url: str, payload: dict, *, api_key: str, timeout, error: type[Exception], service: str,
+class GenerationError(UpstreamError):
+    """The model could not give a usable answer: timeout, HTTP error or malformed output."""
+
+
+def retry_after_seconds(value: str | None) -> float | None:
+    """Read a Retry-After header (RFC 9110 10.2.3): delay-seconds or an HTTP date; None when absent or unreadable."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    from email.utils import parsedate_to_datetime
+
+    try:
+        moment = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if moment.tzinfo is None:
+        return None
+    return max(0.0, moment.timestamp() - time.time())
+
+
+def post_json(url: str, payload: dict, *, api_key: str, timeout, error: type[UpstreamError], service: str,
               stream: bool = False):
     """POST JSON with an optional Bearer key; return the 200 response, else raise `error(kind, message)` with
-    kind "timeout", "connection" or "http" (the key never appears in a message)."""
+    kind "timeout", "connection" or "http" (the key never appears in a message). An HTTP error carries its
+    status, and a 429 its Retry-After, so the breaker can tell a refusal or a rate limit from an outage."""
     import requests
 
     headers = {"Content-Type": "application/json"}
@@ -55,7 +82,10 @@ def post_json(url: str, payload: dict, *, api_key: str, timeout, error: type[Exc
         raise error("connection", f"cannot reach {service} ({type(exc).__name__})") from exc
     if response.status_code != 200:
         response.close()
-        raise error("http", f"{service} answered HTTP {response.status_code}")
+        limited = response.status_code == 429
+        retry_after = retry_after_seconds(response.headers.get("Retry-After")) if limited else None
+        raise error("http", f"{service} answered HTTP {response.status_code}", status=response.status_code,
+                    retry_after=retry_after)
     return response
 
 
@@ -98,14 +128,13 @@ class ChatClient:
             text = message["content"]
             reasoning = message.get("reasoning_content") or ""
             usage = body.get("usage") or {}
-        except (ValueError, KeyError, IndexError, TypeError) as exc:
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
             raise GenerationError("malformed", "the generation model returned a malformed body") from exc
         except requests.RequestException as exc:
             raise GenerationError("timeout", "the generation model stopped mid-answer") from exc
         if not isinstance(text, str):
             raise GenerationError("malformed", "the generation model returned no text")
-        return Completion(text, reasoning if isinstance(reasoning, str) else "",
-                          Usage(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)))
+        return Completion(text, reasoning if isinstance(reasoning, str) else "", reported_usage(usage))
 
     def stream(self, messages: list[dict], usage_out: list | None = None, *, extra: dict | None = None,
                reasoning_out: list | None = None) -> Iterator[str]:
@@ -133,17 +162,28 @@ class ChatClient:
                     event = json.loads(data)
                 except ValueError as exc:
                     raise GenerationError("malformed", "the generation model sent a malformed event") from exc
+                # Valid JSON of another shape (a list, a string, a choice that is not an object) is as
+                # malformed as invalid JSON: the caller degrades, it never sees an AttributeError.
+                if not isinstance(event, dict):
+                    raise GenerationError("malformed", "the generation model sent an event that is not an object")
                 if event.get("usage"):
-                    usage = Usage(int(event["usage"].get("prompt_tokens") or 0),
-                                  int(event["usage"].get("completion_tokens") or 0))
-                for choice in event.get("choices") or []:
-                    thought = (choice.get("delta") or {}).get("reasoning_content")
+                    usage = reported_usage(event["usage"])
+                choices = event.get("choices") or []
+                if not isinstance(choices, list):
+                    raise GenerationError("malformed", "the generation model sent choices that are not a list")
+                for choice in choices:
+                    delta = (choice.get("delta") or {}) if isinstance(choice, dict) else None
+                    if not isinstance(delta, dict):
+                        raise GenerationError("malformed", "the generation model sent a delta that is not an object")
+                    thought = delta.get("reasoning_content")
                     if thought and reasoning_out is not None:
-                        reasoning_out.append(thought)
-                    delta = (choice.get("delta") or {}).get("content")
-                    if delta:
+                        reasoning_out.append(str(thought))
+                    text = delta.get("content")
+                    if text:
+                        if not isinstance(text, str):
+                            raise GenerationError("malformed", "the generation model sent content that is not text")
                         received = True
-                        yield delta
+                        yield text
         except requests.RequestException as exc:
             raise GenerationError("timeout", "the generation model stopped mid-answer") from exc
         except (urllib3.exceptions.HTTPError, OSError) as exc:  # the body read itself: a cut or a stalled stream
@@ -155,6 +195,16 @@ class ChatClient:
             raise GenerationError("malformed", "the generation model streamed no text")
         if usage_out is not None:
             usage_out.append(usage)
+
+
+def reported_usage(usage: object) -> Usage:
+    """The provider's `usage` object as a Usage; raise GenerationError("malformed") for any other shape."""
+    if not usage:
+        return Usage()
+    try:
+        return Usage(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0))
+    except (AttributeError, TypeError, ValueError) as exc:
+        raise GenerationError("malformed", "the generation model reported its usage in another shape") from exc
 
 
 def _lines_as_they_arrive(raw) -> Iterator[str]:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from .breaker import CircuitBreaker
-from .llm import ChatClient, GenerationError, post_json, reply_text
+from .llm import ChatClient, GenerationError, UpstreamError, post_json, reply_text
 from .retrieve import elapsed_ms
 from .types import Hit, Usage
 
@@ -28,12 +28,8 @@ LLM_PASSAGE_CHARS = 400  # of each chunk in the listwise prompt: 30 passages sta
 CIRCUIT_OPEN = "rerank_circuit_open: skipped after repeated failures"
 
 
-class RerankError(Exception):
+class RerankError(UpstreamError):
     """The rerank API gave no usable order: timeout, HTTP error or a malformed body."""
-
-    def __init__(self, kind: str, message: str):
-        super().__init__(message)
-        self.kind = kind  # "timeout", "http", "connection", "malformed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +106,8 @@ class ApiReranker:
         """Reorder the hits by the API's relevance scores; on any failure keep their order."""
         started = time.perf_counter()
         order, failed = _guarded(self.breaker, hits, RerankError,
-                                 lambda: self.scores(question, [passage_text(h, self.passage_chars) for h in hits]))
+                                 lambda: self.scores(question, [passage_text(h, self.passage_chars) for h in hits]),
+                                 timeout=self.timeout[1])
         if failed is not None:
             return _unchanged(hits, started, failed)
         return RerankResult(hits=reordered(hits, order), backend="api", elapsed_ms=elapsed_ms(started))
@@ -223,7 +220,8 @@ class LlmReranker:
         started = time.perf_counter()
         # The model answered when this succeeds; an unusable ranking below is not a failure of the model.
         reply, failed = _guarded(self.breaker, hits, GenerationError,
-                                 lambda: self.client.complete(llm_rerank_messages(question, hits, self.passage_chars)))
+                                 lambda: self.client.complete(llm_rerank_messages(question, hits, self.passage_chars)),
+                                 timeout=self.client.timeout[1])
         if failed is not None:
             return _unchanged(hits, started, failed)
         text, usage = reply
@@ -236,17 +234,19 @@ class LlmReranker:
         return RerankResult(hits=reordered(hits, order), backend="llm", elapsed_ms=elapsed_ms(started), usage=usage)
 
 
-def _guarded(breaker: CircuitBreaker, hits: Sequence[Hit], errors: type[Exception], call):
+def _guarded(breaker: CircuitBreaker, hits: Sequence[Hit], errors: type[UpstreamError], call, *, timeout: float):
     """Run one backend call through the breaker: (result, None), or (None, why the order stays as it is).
-    No hits asks nothing ("" as the reason: nothing failed)."""
+    No hits asks nothing ("" as the reason: nothing failed); `timeout` is the call's read timeout."""
     if not hits:
         return None, ""
-    if not breaker.allow():
+    attempt = breaker.attempt(timeout=timeout)
+    if attempt is None:
         return None, CIRCUIT_OPEN
-    try:
-        result = call()
-    except errors as exc:
-        breaker.record_failure(exc.kind)
-        return None, f"rerank_{exc.kind}: {exc}"
-    breaker.record_success()
+    with attempt:
+        try:
+            result = call()
+        except errors as exc:
+            attempt.failed(exc)
+            return None, f"rerank_{exc.kind}: {exc}"
+        attempt.succeeded()
     return result, None

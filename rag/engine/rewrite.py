@@ -70,14 +70,16 @@ class QueryRewriter:
     def run(self, question: str) -> Rewrite:
         """Return the model's keywords for the question, or none with the reason."""
         started = time.perf_counter()
-        if not self.breaker.allow():
+        attempt = self.breaker.attempt(timeout=self.client.timeout[1])
+        if attempt is None:
             return Rewrite("", elapsed_ms(started), "rewrite_circuit_open: skipped after repeated failures")
-        try:
-            text, usage = self.client.complete(rewrite_messages(question))
-        except GenerationError as exc:
-            self.breaker.record_failure(exc.kind)
-            return Rewrite("", elapsed_ms(started), f"rewrite_{exc.kind}: {exc}")
-        self.breaker.record_success()  # the model answered; an unusable reply is not a failure of the model
+        with attempt:
+            try:
+                text, usage = self.client.complete(rewrite_messages(question))
+            except GenerationError as exc:
+                attempt.failed(exc)
+                return Rewrite("", elapsed_ms(started), f"rewrite_{exc.kind}: {exc}")
+            attempt.succeeded()  # the model answered; an unusable reply is not a failure of the model
         try:
             keywords = parse_keywords(text, max_chars=self.max_chars)
         except ValueError as exc:

@@ -56,8 +56,8 @@ class Caller:
 
 
 class TokenReservation(Protocol):
-    def settle(self, tokens: int) -> None:
-        """Report what the answer really cost."""
+    def settle(self, tokens: int, *, model_called: bool = True) -> None:
+        """Report what the answer really cost; `model_called` False (an open breaker, a failed call) costs nothing."""
 
 
 class CapacityGate(Protocol):
@@ -210,7 +210,7 @@ def _answer_whole(request: QuestionRequest) -> AnswerOutcome:
                 answer = generator.run(search.result.plan.corrected_question, search.result.plan,
                                        list(search.result.hits))
                 if reservation is not None:
-                    reservation.settle(answer.usage.total_tokens)
+                    reservation.settle(answer.usage.total_tokens, model_called=answer.model_called)
         return call.answered(search, answer, started)
 
 
@@ -243,7 +243,7 @@ def _answer_events(request: QuestionRequest, cancelled: Callable[[], bool]) -> I
                 finally:
                     events.close()  # a reader that left: hang up on the model now
                 if reservation is not None:
-                    reservation.settle(answer.usage.total_tokens)
+                    reservation.settle(answer.usage.total_tokens, model_called=answer.model_called)
         else:
             yield TokenEvent(answer.text)
         yield FinalEvent(call.answered(search, answer, started))

@@ -270,7 +270,7 @@ class CountingMeter:
         meter = self
 
         class Reservation:
-            def settle(self, tokens: int) -> None:
+            def settle(self, tokens: int, *, model_called: bool = True) -> None:
                 meter.settled.append(tokens)
 
         yield Reservation()
