@@ -1,11 +1,21 @@
 import datetime
 
-from django.contrib import admin, messages
+from django.contrib import admin
 from django.db.models import Q, Sum
+from django.template.response import TemplateResponse
 from django.utils import timezone
+from django.utils.cache import add_never_cache_headers
 
 from apikeys.models import ApiKey, ApiKeyUsage
 from rag.admin_readonly import ReadOnlyAdmin
+
+
+class ShownOnce(str):
+    """A new key: rendered whole on its page, masked in any repr (a template's DEBUG log dumps its context)."""
+
+    def __repr__(self) -> str:
+        return f"'{self.partition('_')[0]}_…'"
+
 
 # The services are imported where they are used: every process imports the admin modules when Django
 # starts (admin autodiscovery), and most never act on a key here.
@@ -42,7 +52,10 @@ class ApiKeyUsageAdmin(ReadOnlyAdmin):
 
 @admin.register(ApiKey)
 class ApiKeyAdmin(admin.ModelAdmin):
-    """Keys are created here; the whole key is shown once, in the message after saving."""
+    """Keys are created here; the whole key is shown once, in the page answering the save or the rotation.
+
+    Never in a message: the default message storage is a signed but readable cookie, falling back to the session.
+    """
 
     list_display = ("prefix", "name", "owner", "created_at", "last_used_at", "state", "calls_today", "daily_quota",
                     "rate_limit_per_minute")
@@ -75,7 +88,21 @@ class ApiKeyAdmin(admin.ModelAdmin):
                                     daily_quota=obj.daily_quota, rate_limit_per_minute=obj.rate_limit_per_minute)
         obj.pk = record.pk
         obj.prefix = record.prefix
-        messages.warning(request, f"Copy this key now; it is not stored and will not be shown again: {key}")
+        obj.issued_key = ShownOnce(key)  # for response_add, on this in-memory object only
+
+    def response_add(self, request, obj, post_url_continue=None):
+        issued = getattr(obj, "issued_key", None)
+        if issued is None:
+            return super().response_add(request, obj, post_url_continue)
+        return self.keys_shown_once(request, "Copy this key now", [(obj, None, issued)])
+
+    def keys_shown_once(self, request, title: str, keys: list) -> TemplateResponse:
+        """A page showing each new key once, kept out of caches; `keys` holds (record, replaced record, key)."""
+        response = TemplateResponse(request, "admin/apikeys/apikey/keys_issued.html", {
+            **self.admin_site.each_context(request), "title": title, "subtitle": None, "opts": self.opts,
+            "keys": keys})
+        add_never_cache_headers(response)
+        return response
 
     @admin.action(description="Revoke the selected keys (they stop working at once)")
     def revoke(self, request, queryset):
@@ -89,6 +116,8 @@ class ApiKeyAdmin(admin.ModelAdmin):
     def rotate(self, request, queryset):
         from apikeys.services import api_key_rotate
 
+        rotated = []
         for key in queryset:
             new, plaintext = api_key_rotate(key=key)
-            messages.warning(request, f"{key.prefix} replaced by {new.prefix}. Copy it now: {plaintext}")
+            rotated.append((new, key, ShownOnce(plaintext)))
+        return self.keys_shown_once(request, "Copy the replacement keys now", rotated)

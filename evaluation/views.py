@@ -19,6 +19,7 @@ from evaluation.services.runs import eval_run_cancel, eval_run_retry, eval_run_s
 from rag.access import in_group, requires
 from rag.errors import ServiceError
 from rag.models import IndexVersion, KnowledgeBase
+from ragsite.security import self_contained_document
 
 
 def can_launch(user) -> bool:
@@ -133,8 +134,8 @@ def run_report(request, run_id: int):
     except OSError:
         raise Http404("The report file is gone.") from None
     download = request.GET.get("download") == "1"
-    return FileResponse(handle, content_type="text/html; charset=utf-8", as_attachment=download,
-                        filename=f"eval-run-{run.pk}.html")
+    return self_contained_document(FileResponse(handle, content_type="text/html; charset=utf-8",
+                                                as_attachment=download, filename=f"eval-run-{run.pk}.html"))
 
 
 @require_GET
@@ -145,4 +146,4 @@ def run_compare(request):
     except ValueError:
         return HttpResponse("Give two run ids: ?a=&b=", status=400)
     run_a, run_b = get_object_or_404(EvalRun, pk=a), get_object_or_404(EvalRun, pk=b)
-    return HttpResponse(render_compare(run_as_report(run_a), run_as_report(run_b)))
+    return self_contained_document(HttpResponse(render_compare(run_as_report(run_a), run_as_report(run_b))))

@@ -18,6 +18,7 @@ from opsboard.services import daily_report_json, replay_request
 from rag.access import in_group, requires
 from rag.errors import ServiceError
 from rag.models import Channel
+from ragsite.security import self_contained_document
 
 
 def can_read(user) -> bool:
@@ -160,7 +161,7 @@ def report_download(request, day: str, fmt: str):
     if fmt == "json":
         response = HttpResponse(daily_report_json(report), content_type="application/json; charset=utf-8")
     else:
-        response = HttpResponse(report.html, content_type="text/html; charset=utf-8")
+        response = self_contained_document(HttpResponse(report.html, content_type="text/html; charset=utf-8"))
     if request.GET.get("download") == "1":
         response["Content-Disposition"] = f'attachment; filename="ops-report-{report.day}.{fmt}"'
     return response
