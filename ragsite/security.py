@@ -1,4 +1,6 @@
-"""The site's Content Security Policy: every HTML response carries one, the default unless its view set its own.
+"""Site-wide protections as middleware: the Content Security Policy, and sign-in throttling (below).
+
+Every HTML response carries a policy, the default unless its view set its own.
 
 The chat page sets its own (assistant/views.py, which adds its WebSocket); a self-contained document (a report
 kept as one HTML file, styles inline) sets `SELF_CONTAINED_DOCUMENT_POLICY` with `self_contained_document`.
@@ -33,4 +35,90 @@ class ContentSecurityPolicyMiddleware(MiddlewareMixin):
     def process_response(self, request, response):
         if HEADER not in response and response.get("Content-Type", "").startswith("text/html"):
             response[HEADER] = DEFAULT_POLICY
+        return response
+
+
+# -- sign-in throttling -------------------------------------------------------------------------------------
+
+
+def _login_paths() -> tuple[str, ...]:
+    from django.conf import settings
+    from django.urls import reverse
+
+    return (settings.LOGIN_URL, reverse("admin:login"))
+
+
+def _failure_keys(address: str, username: str) -> tuple[str, str]:
+    import hashlib
+
+    name = hashlib.sha256(username.strip().lower().encode()).hexdigest()[:16]
+    return f"login:failures:{address}", f"login:failures:{address}:{name}"
+
+
+def _count_failure(key: str, window: int) -> None:
+    from django.core.cache import cache
+
+    cache.add(key, 0, window)
+    try:
+        cache.incr(key)
+    except ValueError:  # expired between add and incr, or the cache is unavailable
+        cache.set(key, 1, window)
+
+
+def login_failed(sender, credentials, request=None, **kwargs) -> None:
+    """user_login_failed: count the failure against the address, and against the address and user name."""
+    if request is None:
+        return
+    from django.conf import settings
+
+    from rag.clients import request_address
+
+    window = settings.RAG_LOGIN_THROTTLE["WINDOW_SECONDS"]
+    for key in _failure_keys(request_address(request), str(credentials.get("username", ""))):
+        _count_failure(key, window)
+
+
+def login_succeeded(sender, request=None, user=None, **kwargs) -> None:
+    """user_logged_in: the user name's failures from this address are forgiven."""
+    if request is None or user is None:
+        return
+    from django.core.cache import cache
+
+    from rag.clients import request_address
+
+    cache.delete(_failure_keys(request_address(request), user.get_username())[1])
+
+
+class LoginThrottleMiddleware(MiddlewareMixin):
+    """Refuse sign-in attempts at /ops/login/ and /admin/login/ with 429 and Retry-After once an address has
+    failed RAG_LOGIN_FAILURE_LIMIT times for one user name (or four times that for any) within the window, before
+    the password is even checked, so passwords cannot be guessed at speed. Failures are counted from Django's own
+    user_login_failed signal, so every sign-in form of the site counts the same way."""
+
+    def __init__(self, get_response):
+        super().__init__(get_response)
+        from django.contrib.auth.signals import user_logged_in, user_login_failed
+
+        user_login_failed.connect(login_failed, dispatch_uid="ragsite.security.login_failed")
+        user_logged_in.connect(login_succeeded, dispatch_uid="ragsite.security.login_succeeded")
+
+    def process_request(self, request):
+        if request.method != "POST" or request.path not in _login_paths():
+            return None
+        from django.conf import settings
+        from django.core.cache import cache
+        from django.http import HttpResponse
+
+        from rag.clients import request_address
+
+        limit, window = settings.RAG_LOGIN_THROTTLE["FAILURE_LIMIT"], settings.RAG_LOGIN_THROTTLE["WINDOW_SECONDS"]
+        by_address, by_name = _failure_keys(request_address(request), request.POST.get("username", ""))
+        if (cache.get(by_name) or 0) < limit and (cache.get(by_address) or 0) < 4 * limit:
+            return None
+        response = HttpResponse(
+            "<!doctype html><title>Too many sign-in attempts</title><h1>Too many sign-in attempts</h1>"
+            f"<p>Too many failed sign-ins from this address. Try again in {window // 60} minutes.</p>",
+            status=429, content_type="text/html; charset=utf-8")
+        response["Retry-After"] = str(window)
+        response["X-Error-Code"] = "too_many_login_attempts"
         return response

@@ -77,6 +77,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "ragsite.security.LoginThrottleMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
@@ -275,6 +276,18 @@ RAG_CAPACITY = {
     "GENERATION_MAX_CONCURRENT": env_int("RAG_CAPACITY_GENERATION_MAX", default=16, minimum=1),
     "WAIT_TIMEOUT": env_float("RAG_CAPACITY_WAIT_TIMEOUT", default=5.0, minimum=0),
     "SHARED_BY": "redis" if REDIS_URL else "machine",
+}
+# Who a client is, for per-client limits (rag/clients.py): behind proxies, the header they append the client's
+# address to (e.g. X-Forwarded-For) and how many of them there are; "": the socket's address.
+RAG_CLIENTS = {
+    "ADDRESS_HEADER": env_str("RAG_CLIENT_ADDRESS_HEADER", default=""),
+    "TRUSTED_PROXIES": env_int("RAG_TRUSTED_PROXIES", default=1, minimum=1),
+}
+# Sign-in throttling on /ops/login/ and /admin/login/ (ragsite/security.py): failed attempts per address and
+# user name within the window, then 429 until it ends; an address may fail FAILURE_LIMIT x 4 times for all names.
+RAG_LOGIN_THROTTLE = {
+    "FAILURE_LIMIT": env_int("RAG_LOGIN_FAILURE_LIMIT", default=5, minimum=1),
+    "WINDOW_SECONDS": env_int("RAG_LOGIN_FAILURE_WINDOW", default=900, minimum=1),
 }
 # Streamed answers (the chat page's WebSocket, CG_RAG's SSE) run on threads of their own (rag/streams.py):
 # at most THREADS at once per process (then "busy"), each for at most DEADLINE seconds.
