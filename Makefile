@@ -7,7 +7,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 export OPENBLAS_NUM_THREADS ?= 1
 
-.PHONY: install run prod test test-fast test-clock bench bench-load bench-ops bench-cli migrate clean
+.PHONY: install run prod test test-fast test-clock bench bench-load bench-scale bench-ops bench-cli migrate clean
 
 $(STAMP): requirements.txt
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "$(PYTHON) not found; set PYTHON=python3.11" >&2; exit 1; }
@@ -80,6 +80,10 @@ bench: install
 
 bench-load: install
 	$(PY) bench/load.py
+
+# Synthetic knowledge bases of 100k and 1M chunks (docs/en/scaling.md); BENCH_SCALE_ARGS="--sizes 10000,100000" is quick.
+bench-scale: install
+	$(PY) bench/scale.py $(BENCH_SCALE_ARGS)
 
 bench-ops: install
 	$(PY) bench/ops.py
