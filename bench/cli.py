@@ -166,7 +166,10 @@ def main() -> int:
         return 0
     base_dir = Path(os.environ.get("RAG_DATA_DIR", ROOT / "data")).resolve()
     data_dir = (args.data_dir or base_dir / "bench-cli").resolve()
-    env = {**os.environ, "RAG_DATA_DIR": str(data_dir), "OPENBLAS_NUM_THREADS": "1"}
+    env = {**os.environ, "RAG_DATA_DIR": str(data_dir), "OPENBLAS_NUM_THREADS": "1",
+           # the shared corpora are not among the default source roots
+           "RAG_SOURCE_ROOTS": ",".join(filter(None, [os.environ.get("RAG_SOURCE_ROOTS", ""),
+                                                      str((SHARED / "corpora").resolve())]))}
     env.pop("DJANGO_SETTINGS_MODULE", None)
     # Measured as an installed project runs: Python caches compiled modules (a sandbox may switch that off;
     # every start would then compile the project's modules again). The warm-up search below writes them.

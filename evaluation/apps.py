@@ -9,6 +9,7 @@ class EvaluationConfig(AppConfig):
 
     def ready(self):
         from rag.services.release import release_gate_register
+        from rag.services.retention import version_holder_register
 
         def gate(kb, **options):
             # Imported on use: the evaluation services are not needed to start a process.
@@ -17,7 +18,15 @@ class EvaluationConfig(AppConfig):
             return index_build_gated(kb, **options)
 
         release_gate_register(gate)
+        version_holder_register(_versions_of_live_runs)
         post_migrate.connect(_import_shipped_golden_sets, sender=self)
+
+
+def _versions_of_live_runs(kb: str) -> set[str]:
+    """Pruning keeps the versions queued and running eval runs evaluate (rag.services.retention)."""
+    from evaluation.services.runs import eval_run_versions_in_use
+
+    return eval_run_versions_in_use(kb)
 
 
 def _import_shipped_golden_sets(sender, using="default", **kwargs):

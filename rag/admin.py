@@ -6,8 +6,24 @@ from rag.models import (ClassAlias, Document, DocumentLabel, IndexVersion, Knowl
                         RequestRecord, RetrievalApp)
 
 
+class KnowledgeBaseForm(forms.ModelForm):
+    class Meta:
+        model = KnowledgeBase
+        fields = ("slug", "name", "language", "source_dir", "base_url")
+
+    def clean_source_dir(self):
+        """A folder inside RAG_SOURCE_ROOTS only, stored resolved (as `rag reindex --source` stores it)."""
+        from rag.services.knowledge import kb_source_check
+
+        try:
+            return kb_source_check(self.cleaned_data["source_dir"])
+        except ServiceError as exc:
+            raise forms.ValidationError(exc.message) from None
+
+
 @admin.register(KnowledgeBase)
 class KnowledgeBaseAdmin(admin.ModelAdmin):
+    form = KnowledgeBaseForm
     list_display = ("slug", "language", "active_version", "document_total", "source_dir", "updated_at")
     readonly_fields = ("active_version", "created_at", "updated_at")
     actions = ["rebuild_index"]

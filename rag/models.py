@@ -157,6 +157,9 @@ class IndexVersion(models.Model):
     heartbeat_at = models.DateTimeField(null=True, blank=True, help_text="Last sign of life of a running build")
     built_at = models.DateTimeField(null=True, blank=True)
     activated_at = models.DateTimeField(null=True, blank=True)
+    used_at = models.DateTimeField(null=True, blank=True, help_text="Last asked for by name (an eval run, a replay): "
+                                   "pruning keeps a version asked for recently")
+    builder = models.CharField(max_length=300, blank=True, help_text="host:pid of the process running the build")
 
     class Meta:
         ordering = ["kb", "-created_at", "-id"]

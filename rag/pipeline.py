@@ -15,7 +15,7 @@ from rag.engine.breaker import CircuitBreaker
 from rag.engine.constrained import ConstrainedChooser, provider_of
 from rag.engine.generate import ExtractiveGenerator, Generator, LlmGenerator
 from rag.engine.llm import ChatClient
-from rag.engine.index import IndexStore, VersionReader
+from rag.engine.index import IndexError_, IndexStore, VersionReader
 from rag.engine.objects import RemoteFolders, S3Options, is_remote, sibling_uri
 from rag.engine.plan import Planner
 from rag.engine.rerank import RERANK_CANDIDATES, ApiReranker, LlmReranker, Reranker
@@ -25,6 +25,9 @@ from rag.engine.text import set_cache_dir
 
 log = logging.getLogger(__name__)
 _lock = threading.Lock()
+# A version that did not open is not read again for this long (a corrupt one would be read whole on every
+# question); also the Retry-After of `index_unavailable`.
+REOPEN_AFTER_SECONDS = 30
 _engine = None
 
 
@@ -42,16 +45,29 @@ class Engine:
     rewriter: QueryRewriter | None = None  # RAG_QUERY_REWRITE with a generation model; None: off
     chooser: ConstrainedChooser | None = None  # constrained generation (CG_RAG) with a generation model; None: off
     enhancer: QueryRewriter | None = None  # search keywords asked of the model on request (seed 002's enhanced search)
-    active: dict = field(default_factory=dict)  # kb -> the version last seen active by a question here
+    active: dict = field(default_factory=dict)  # kb -> the version questions here were last served from as active
+    failures: dict = field(default_factory=dict)  # (kb, version) -> (monotonic time, message) of a failed open
 
     def reader(self, kb: str, version: str) -> VersionReader:
+        """The open reader of a version, opened on first use; raise IndexError_ when it does not open (missing,
+        unfinished or corrupt), and again without reading it for REOPEN_AFTER_SECONDS after that."""
         key = (kb, version)
         reader = self.readers.get(key)
         if reader is None:
             with _lock:
                 reader = self.readers.get(key)
                 if reader is None:
-                    reader = VersionReader.open(self.store, kb, version)
+                    failed = self.failures.get(key)
+                    if failed is not None and time.monotonic() - failed[0] < REOPEN_AFTER_SECONDS:
+                        raise IndexError_(failed[1])
+                    try:
+                        reader = VersionReader.open(self.store, kb, version)
+                    except Exception as exc:  # noqa: BLE001 - a missing file, bad JSON or a LanceDB error alike
+                        message = str(exc) if isinstance(exc, IndexError_) else (
+                            f"version {version} of {kb} does not open: {type(exc).__name__}: {exc}")
+                        self.failures[key] = (time.monotonic(), message)
+                        raise IndexError_(message) from exc
+                    self.failures.pop(key, None)
                     self.readers[key] = reader
                     while len(self.readers) > self.max_open:
                         self.readers.pop(next(iter(self.readers)))
@@ -66,12 +82,15 @@ class Engine:
                         reranker=self.reranker, rewriter=self.rewriter, rerank_candidates=self.rerank_candidates)
 
     def forget(self, kb: str, version: str) -> None:
+        """Drop a version's reader, and any failure to open it, so the next use opens it afresh."""
         self.readers.pop((kb, version), None)
+        self.failures.pop((kb, version), None)
 
     def note_active(self, kb: str, version: str) -> None:
-        """A question found `version` active. When that changed (a reindex or a rollback, maybe in another
-        process or machine), drop the reader of the version active before: searches holding it finish on it,
-        and an evaluation that names it opens it again."""
+        """A question was served from `version` as the active one (or from the good version before it, while the
+        active one does not open). When that changed (a reindex or a rollback, maybe in another process or
+        machine), drop the reader of the version served before: searches holding it finish on it, and an
+        evaluation that names it opens it again."""
         previous = self.active.get(kb)
         if previous != version:
             self.active[kb] = version

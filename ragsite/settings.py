@@ -110,10 +110,14 @@ DATABASES = {
     )
 }
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
-    # WAL lets searches read while a reindex writes; the timeout rides out short write locks.
+    # WAL lets searches read while a reindex writes; the timeout rides out short write locks. IMMEDIATE: a
+    # transaction takes the write lock when it begins, so one that reads then writes (activating a version,
+    # launching an eval run) waits for it there, instead of failing with "database is locked" when another
+    # connection wrote after its read (SQLite cannot wait to upgrade a read into a write).
     DATABASES["default"]["OPTIONS"] = {
         "timeout": 20,
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        "transaction_mode": "IMMEDIATE",
     }
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -229,6 +233,10 @@ RAG_WEB_TOKEN_ESTIMATE = env_int("RAG_WEB_TOKEN_ESTIMATE", default=3_000, minimu
 RAG_DEFAULT_KB = env_str("RAG_DEFAULT_KB", default="docs")
 RAG_WARM_UP = env_bool("RAG_WARM_UP", default=True)  # a server loads the model at start, not on the first question
 RAG_DEFAULT_KB_SOURCE = env_str("RAG_DEFAULT_KB_SOURCE", default=str(BASE_DIR / "docs"))
+# The folders a knowledge base's source folder must lie in (the admin, `rag reindex --source`, every build and
+# page read check it), so nobody can point ingestion at an arbitrary folder of the server.
+RAG_SOURCE_ROOTS = env_list("RAG_SOURCE_ROOTS", default=[str(BASE_DIR / "docs"), RAG_DEFAULT_KB_SOURCE,
+                                                         str(DATA_DIR / "sources")])
 
 # The MCP service (apikeys/mcp): tools are named search_<slug>_docs and ask_<slug>_docs.
 RAG_PRODUCT_SLUG = env_str("RAG_PRODUCT_SLUG", default="sdk")

@@ -11,6 +11,10 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):  # noqa: F405
     # A file, not memory: the end-to-end tests' worker processes open the same test database.
     DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / "test-db.sqlite3")}  # noqa: F405
 
+# Test corpora are copied to temporary folders; the worker and server processes of end-to-end tests read them too.
+RAG_SOURCE_ROOTS = [*RAG_SOURCE_ROOTS, str(Path(tempfile.gettempdir()).resolve())]  # noqa: F405
+os.environ["RAG_SOURCE_ROOTS"] = ",".join(RAG_SOURCE_ROOTS)
+
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 CELERY_TASK_ALWAYS_EAGER = True
 RAG_WARM_UP = False  # tests that want it call rag.pipeline.warm_up() themselves

@@ -97,6 +97,13 @@ def eval_run_retry(run: EvalRun) -> EvalRun:
     return run
 
 
+def eval_run_versions_in_use(kb: str) -> set[str]:
+    """The versions of knowledge base `kb` that queued and running runs evaluate (pruning keeps them)."""
+    rows = EvalRun.objects.filter(status__in=[EvalRun.Status.QUEUED, EvalRun.Status.RUNNING]).values_list(
+        "index_versions", flat=True)
+    return {versions[kb] for versions in rows if isinstance(versions, dict) and versions.get(kb)}
+
+
 def eval_runs_reap() -> int:
     """Mark running runs whose worker stopped beating as failed (a crashed worker never leaves one running)."""
     cutoff = timezone.now() - timezone.timedelta(seconds=settings.RAG_EVAL_STALE_SECONDS)

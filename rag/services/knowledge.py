@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import os
 import secrets
+import socket
 import time
 from pathlib import Path
 
@@ -12,19 +14,23 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from rag.engine.chunk import chunk_documents
+from rag.engine.index import IndexError_
 from rag.engine.ingest import IngestError, front_matter_labels, read_folder
 from rag.engine.text import sha1
 from rag.engine.types import SourceDocument
 from rag.engine.vectorpack import read_pack, write_pack
 from rag.errors import ServiceError
 from rag.models import ClassAlias, Document, DocumentLabel, IndexVersion, KnowledgeBase, Label, LabelValue
-from rag.pipeline import get_engine
+from rag.pipeline import REOPEN_AFTER_SECONDS, get_engine
 
 log = logging.getLogger(__name__)
 
 STALE_BUILD_SECONDS = 180  # a build silent this long died with its process (it beats every few seconds)
 BUILDING_RETRY_AFTER = 5  # seconds a caller is asked to wait while the first index is built
 HEARTBEAT_SECONDS = 5  # also how often a running build's progress is written
+FALLBACK_TRIES = 3  # earlier versions tried while the active one does not open
+VERSION_IN_USE_SECONDS = 600  # a version asked for by name this recently (a replay, an eval run) is kept
+USED_AT_PRECISION_SECONDS = 60
 
 
 def kb_get(slug: str) -> KnowledgeBase:
@@ -74,13 +80,11 @@ def kb_ensure(*, slug: str, source_dir: str | None = None, language: str | None 
         if not source_dir:
             raise ServiceError("kb_not_found", f"Knowledge base {slug!r} does not exist; give --source to create it.",
                                status=404)
-        _check_source(source_dir)
-        return KnowledgeBase.objects.create(slug=slug, name=slug, source_dir=str(Path(source_dir).resolve()),
+        return KnowledgeBase.objects.create(slug=slug, name=slug, source_dir=kb_source_check(source_dir),
                                             language=language or "mixed")
     changed = []
     if source_dir and str(Path(source_dir).resolve()) != kb.source_dir:
-        _check_source(source_dir)
-        kb.source_dir = str(Path(source_dir).resolve())
+        kb.source_dir = kb_source_check(source_dir)
         changed.append("source_dir")
     if language and language != kb.language:
         kb.language = language
@@ -90,9 +94,23 @@ def kb_ensure(*, slug: str, source_dir: str | None = None, language: str | None 
     return kb
 
 
-def _check_source(source_dir: str) -> None:
+def kb_source_check(source_dir: str) -> str:
+    """Return a source folder as stored (resolved, symbolic links followed); raise source_not_found when it is not
+    a folder, or source_not_allowed when it lies outside every RAG_SOURCE_ROOTS folder."""
     if not Path(source_dir).is_dir():
         raise ServiceError("source_not_found", f"Source folder {source_dir} does not exist.")
+    return str(_allowed_folder(source_dir))
+
+
+def _allowed_folder(source_dir: str) -> Path:
+    """The resolved folder, when it lies inside a source root; else raise source_not_allowed."""
+    folder = Path(source_dir).resolve()
+    roots = [Path(root).resolve() for root in settings.RAG_SOURCE_ROOTS]
+    if not any(folder.is_relative_to(root) for root in roots):
+        raise ServiceError("source_not_allowed", f"Source folder {folder} is outside the folders knowledge bases may "
+                                                 f"read (RAG_SOURCE_ROOTS: {', '.join(map(str, roots))}).",
+                           status=403)
+    return folder
 
 
 def kb_sync_documents(kb: KnowledgeBase, documents: list[SourceDocument]) -> int:
@@ -153,7 +171,7 @@ def index_unchanged_version(kb: KnowledgeBase) -> IndexVersion | None:
     if active is None or active.model_id != get_engine().embedder.model_id or not store.exists(kb.slug, active.name):
         return None
     try:
-        documents = read_folder(Path(kb.source_dir))
+        documents = read_folder(_allowed_folder(kb.source_dir))
     except IngestError:
         return None
     return active if corpus_hash(documents) == active.corpus_hash else None
@@ -173,7 +191,7 @@ def index_build_queue(kb: KnowledgeBase) -> IndexVersion:
 
     with transaction.atomic():
         KnowledgeBase.objects.select_for_update().filter(pk=kb.pk).first()
-        version = _start_version(kb)
+        version = _start_version(kb)  # the worker that picks it up claims it (index_build)
     transaction.on_commit(lambda: index_build_task.delay(kb.pk, version.pk))
     return version
 
@@ -185,13 +203,13 @@ def _refuse_if_building(kb: KnowledgeBase) -> None:
         raise ServiceError("index_build_running", f"A build of {kb.slug} is already running.", status=409)
 
 
-def _start_version(kb: KnowledgeBase) -> IndexVersion:
+def _start_version(kb: KnowledgeBase, *, builder: str = "") -> IndexVersion:
     """A new "building" version; the database holds the one-build-per-base rule (index_version_one_build), so a
     second process that passed the check at the same moment is refused by the insert, not let through."""
     _refuse_if_building(kb)
     try:
         with transaction.atomic():
-            return IndexVersion.objects.create(kb=kb, name=_new_version_name(),
+            return IndexVersion.objects.create(kb=kb, name=_new_version_name(), builder=builder,
                                                model_id=get_engine().embedder.model_id)
     except IntegrityError:
         raise ServiceError("index_build_running", f"A build of {kb.slug} is already running.", status=409) from None
@@ -209,8 +227,11 @@ def index_build(kb: KnowledgeBase, *, progress=None, activate: bool = True,
         _refuse_if_building(kb)
     elif version.status != IndexVersion.Status.BUILDING or version.kb_id != kb.pk:
         raise ServiceError("version_not_building", f"Version {version.name} is {version.status}.", status=409)
+    else:  # claim the queued version: a build whose process is gone is known at once (_builder_gone)
+        version.builder = this_builder()
+        version.save(update_fields=["builder"])
     try:
-        documents = read_folder(Path(kb.source_dir))
+        documents = read_folder(_allowed_folder(kb.source_dir))  # a folder changed in the database is checked too
         if not documents:
             raise ServiceError("source_empty", f"{kb.source_dir} holds no Markdown or HTML pages.")
     except (IngestError, ServiceError) as exc:
@@ -220,7 +241,7 @@ def index_build(kb: KnowledgeBase, *, progress=None, activate: bool = True,
             raise
         raise ServiceError("source_not_found", str(exc)) from exc
     if version is None:
-        version = _start_version(kb)
+        version = _start_version(kb, builder=this_builder())
     kb_sync_documents(kb, documents)
     engine = get_engine()
     version.document_count = len(documents)
@@ -287,7 +308,7 @@ def vectors_export(kb: KnowledgeBase, *, progress=None) -> tuple[Path, int, int]
     embedding model in use: every chunk of the current sources, from the cache or embedded now.
     Returns the file, the number of vectors and how many had to be embedded."""
     try:
-        documents = read_folder(Path(kb.source_dir))
+        documents = read_folder(_allowed_folder(kb.source_dir))
     except IngestError as exc:
         raise ServiceError("source_not_found", str(exc)) from exc
     if not documents:
@@ -303,13 +324,38 @@ def vectors_export(kb: KnowledgeBase, *, progress=None) -> tuple[Path, int, int]
     return path, len(unique), embedded
 
 
+def this_builder() -> str:
+    """Who runs a build: this machine, its process namespace and this process (`host:pid namespace:pid`)."""
+    try:
+        namespace = os.readlink("/proc/self/ns/pid")  # two containers may share a host name, never this
+    except OSError:
+        namespace = ""
+    return f"{socket.gethostname()}:{namespace}:{os.getpid()}"
+
+
+def _builder_gone(builder: str) -> bool:
+    """A build started on this machine, in this process namespace, whose process no longer exists (killed or
+    crashed): it will never beat again, so there is no need to wait STALE_BUILD_SECONDS to know it."""
+    place, _, pid = builder.rpartition(":")
+    if not pid.isdigit() or place != this_builder().rpartition(":")[0]:
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # it exists but is not ours to signal
+        return False
+    return False
+
+
 def _fail_abandoned_builds(kb: KnowledgeBase) -> None:
-    """Mark builds that stopped beating (their worker died) as failed, so they block nothing."""
+    """Mark builds whose process died as failed (they stopped beating, or their process on this machine is
+    gone), and remove what they had written, so they block nothing."""
     cutoff = timezone.now() - timezone.timedelta(seconds=STALE_BUILD_SECONDS)
     for version in kb.versions.filter(status=IndexVersion.Status.BUILDING):
-        if (version.heartbeat_at or version.created_at) < cutoff:
+        if (version.heartbeat_at or version.created_at) < cutoff or _builder_gone(version.builder):
             version.status = IndexVersion.Status.FAILED
-            version.error = "abandoned: the build stopped reporting progress (its process ended)"
+            version.error = "abandoned: the build's process ended (it stopped reporting progress)"
             version.save(update_fields=["status", "error"])
             get_engine().store.delete(kb.slug, version.name)
 
@@ -342,15 +388,66 @@ def index_activate(version: IndexVersion) -> None:
     index_prune(kb)
 
 
+def index_unavailable(kb: KnowledgeBase) -> ServiceError:
+    """What a question is told when no version of its knowledge base opens (a missing or corrupt index)."""
+    return ServiceError("index_unavailable", f"The index of {kb.name or kb.slug} cannot be read right now; "
+                                             "ask again in a moment.", status=503,
+                        headers={"Retry-After": str(REOPEN_AFTER_SECONDS)})
+
+
+def index_fallback(kb: KnowledgeBase, error: Exception) -> IndexVersion:
+    """The version to serve while the active one does not open: the ready version activated most recently
+    before it that opens (at most FALLBACK_TRIES are tried). Raise index_unavailable when none does."""
+    engine = get_engine()
+    earlier = (kb.versions.filter(status=IndexVersion.Status.READY, activated_at__isnull=False)
+               .exclude(pk=kb.active_version_id).order_by("-activated_at", "-id"))
+    for version in earlier[:FALLBACK_TRIES]:
+        try:
+            engine.reader(kb.slug, version.name)
+        except IndexError_:
+            continue
+        log.warning("the active version of %s does not open (%s); serving %s", kb.slug, error, version.name)
+        return version
+    log.error("no version of %s opens (the active one: %s)", kb.slug, error)
+    raise index_unavailable(kb)
+
+
+def index_version_mark_used(version: IndexVersion) -> None:
+    """Note that a version was just asked for by name (an eval question, a replay), so pruning keeps it a while;
+    written at most every USED_AT_PRECISION_SECONDS."""
+    now = timezone.now()
+    if version.used_at is None or (now - version.used_at).total_seconds() >= USED_AT_PRECISION_SECONDS:
+        IndexVersion.objects.filter(pk=version.pk).update(used_at=now)
+        version.used_at = now
+
+
+def _failed_its_gate(version: IndexVersion) -> bool:
+    """A candidate a release gate refused: never activated, with the gate's note (index_version_note)."""
+    return version.activated_at is None and bool(version.error)
+
+
 def index_prune(kb: KnowledgeBase, *, keep: int | None = None) -> list[str]:
-    """Delete all but the newest `keep` ready versions (never the active one). Return the names removed."""
+    """Delete ready versions beyond the newest `keep` good ones; return the names removed.
+
+    A candidate that failed its gate takes no place among them (it stays only while among the newest `keep`
+    versions). Never deleted: the active version, the one activated before it (the last known good), every
+    version a holder names (the eval runs queued or running, rag.services.retention) and one asked for by name
+    in the last VERSION_IN_USE_SECONDS (a replay, an eval question)."""
+    from rag.services.retention import versions_held
+
     keep = keep or settings.RAG_ENGINE["KEEP_VERSIONS"]
     kb.refresh_from_db(fields=["active_version"])
     ready = list(kb.versions.filter(status=IndexVersion.Status.READY).order_by("-created_at", "-id"))
+    good = [v for v in ready if not _failed_its_gate(v)]
+    earlier = [v for v in ready if v.activated_at is not None and v.pk != kb.active_version_id]
+    previous = max(earlier, key=lambda v: (v.activated_at, v.pk), default=None)
+    held = versions_held(kb.slug)
+    recently = timezone.now() - timezone.timedelta(seconds=VERSION_IN_USE_SECONDS)
+    kept = {v.pk for v in good[:keep] + ready[:keep]} | {kb.active_version_id, previous and previous.pk}
     removed = []
     engine = get_engine()
-    for version in ready[keep:]:
-        if version.pk == kb.active_version_id:
+    for version in ready:
+        if version.pk in kept or version.name in held or (version.used_at and version.used_at >= recently):
             continue
         engine.store.delete(kb.slug, version.name)
         engine.forget(kb.slug, version.name)
@@ -377,7 +474,7 @@ def aliases_for(kb: KnowledgeBase) -> dict[str, str]:
 def read_source(*, kb: str, source: str) -> str:
     """Return a page's Markdown; refuse anything outside the knowledge base's folder."""
     knowledge_base = kb_get(kb)
-    root = Path(knowledge_base.source_dir).resolve()
+    root = _allowed_folder(knowledge_base.source_dir)
     if not isinstance(source, str) or not source or "\x00" in source:
         raise ServiceError("invalid_source", "Give the source path of a page, relative to the knowledge base.")
     candidate = Path(source)
@@ -394,8 +491,8 @@ def read_source(*, kb: str, source: str) -> str:
 def kb_source_hashes(kb: KnowledgeBase) -> dict[str, str]:
     """The content hash of every page in a knowledge base's source folder now ({} when the folder is gone)."""
     try:
-        return {d.path: d.content_hash for d in read_folder(Path(kb.source_dir))}
-    except (IngestError, OSError):
+        return {d.path: d.content_hash for d in read_folder(_allowed_folder(kb.source_dir))}
+    except (IngestError, OSError, ServiceError):  # gone, or outside RAG_SOURCE_ROOTS
         return {}
 
 

@@ -521,12 +521,23 @@ def _validated(request: QuestionRequest) -> tuple[str, int | None, str, tuple[st
 
 
 def version_of(knowledge_base, name: str | None) -> IndexVersion:
-    """The named ready version, else the active one; raise version_not_found, index_building or no_active_version."""
+    """The named ready version, else the active one, opened in this process; while the active one does not open
+    (missing or corrupt files), the version active before it that does. Raise version_not_found, index_building,
+    no_active_version, or index_unavailable (503 with Retry-After) when no version opens."""
+    from rag.engine.index import IndexError_
+    from rag.services.knowledge import index_fallback, index_unavailable, index_version_mark_used
+
+    engine = get_engine()
     if name:
         row = knowledge_base.versions.filter(name=name, status=IndexVersion.Status.READY).first()
         if row is None:
             raise ServiceError("version_not_found", f"Version {name} of {knowledge_base.slug} is not available.",
                                status=404)
+        try:
+            engine.reader(knowledge_base.slug, row.name)
+        except IndexError_:
+            raise index_unavailable(knowledge_base) from None
+        index_version_mark_used(row)  # pruning keeps a version a replay or an eval run is asking
         return row
     if knowledge_base.active_version is None:
         building = index_building(knowledge_base)
@@ -536,8 +547,13 @@ def version_of(knowledge_base, name: str | None) -> IndexVersion:
         raise ServiceError("no_active_version",
                            f"{knowledge_base.slug} has no index yet; run `rag reindex --kb {knowledge_base.slug}`.",
                            status=409)
-    get_engine().note_active(knowledge_base.slug, knowledge_base.active_version.name)
-    return knowledge_base.active_version
+    row = knowledge_base.active_version
+    try:
+        engine.reader(knowledge_base.slug, row.name)
+    except IndexError_ as exc:
+        row = index_fallback(knowledge_base, exc)
+    engine.note_active(knowledge_base.slug, row.name)
+    return row
 
 
 def _metered(request: QuestionRequest, generator) -> ContextManager[TokenReservation | None]:
