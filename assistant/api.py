@@ -15,19 +15,20 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers
 from rest_framework.fields import empty
-from rest_framework.parsers import JSONParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from assistant.services import feedback_submit, web_chat, web_search
 from rag.api import error_response, response_header
 from rag.errors import ServiceError
+from rag.parsers import StrictJSONParser
 from rag.services.questions import MAX_CHUNK_ID_CHARS, MAX_EXCLUDE, MAX_QUESTION_CHARS, MAX_TOP_K
 from rag.services.records import MAX_KB_CHARS, QUESTION_REGEX
 
 LIMITS = (MaxLengthValidator, MinLengthValidator, MaxValueValidator, MinValueValidator,
           ProhibitNullCharactersValidator, RegexValidator)
-# Not blank after stripping whitespace, and no NUL character: the question service's rule, as a pattern.
+# Shows at least one character (not only white space, control or format characters), no NUL: the question
+# service's rule, as a pattern.
 QUESTION_PATTERN = RegexValidator(QUESTION_REGEX)
 KB_PATTERN = RegexValidator(r"^[-a-z0-9_]+$")  # a slug (slugify keeps these characters)
 
@@ -110,7 +111,7 @@ RETRY_AFTER = response_header("Retry-After", "Seconds to wait before asking agai
 class SearchApi(APIView):
     authentication_classes: list = []  # public; an admin's session must not turn on CSRF checks here
     permission_classes: list = []
-    parser_classes = [JSONParser]  # JSON only: a form post from another site cannot reach it
+    parser_classes = [StrictJSONParser]  # JSON only: a form post from another site cannot reach it
 
     @extend_schema(request=SearchInput, parameters=[RETRY_AFTER],
                    summary="Search the documentation: adopted chunks, plan and timings",
@@ -125,7 +126,7 @@ class SearchApi(APIView):
 class ChatApi(APIView):
     authentication_classes: list = []
     permission_classes: list = []
-    parser_classes = [JSONParser]
+    parser_classes = [StrictJSONParser]
 
     @extend_schema(request=AskInput, parameters=[RETRY_AFTER],
                    summary="Answer a question from the documentation, with checked citations",
@@ -164,7 +165,7 @@ class FeedbackApi(APIView):
 
     authentication_classes: list = []
     permission_classes: list = []
-    parser_classes = [JSONParser]
+    parser_classes = [StrictJSONParser]
 
     @extend_schema(request=FeedbackInput, summary="Thumbs-down one answer of the web assistant",
                    responses={201: OpenApiResponse(dict, "Recorded: `{request_id, created: true}`."),

@@ -8,6 +8,7 @@ ignored, as the seed's service does. Defaults that come from settings are filled
 
 from __future__ import annotations
 
+import json
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, StringConstraints, ValidationError
@@ -88,6 +89,22 @@ def parse(model: type[BaseModel], raw: bytes) -> BaseModel:
         return model.model_validate_json(raw or b"{}")
     except ValidationError as exc:
         raise InvalidRequest(error_items(exc)) from None
+
+
+def _not_json(constant: str):
+    raise ValueError(f"{constant} is not JSON")
+
+
+def json_object(raw: bytes) -> dict:
+    """A body read as strict JSON, any fields of any type (the legacy /retrieve): NaN and Infinity are refused as
+    pydantic refuses them on the other routes, and so is nesting deeper than the stack; an empty body is {}."""
+    try:
+        value = json.loads(raw or b"{}", parse_constant=_not_json)
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        raise invalid("body", "The body must be a JSON object.", "json_invalid") from None
+    if not isinstance(value, dict):
+        raise invalid("body", "The body must be a JSON object.", "dict_type")
+    return value
 
 
 def invalid(loc: str, message: str, kind: str = "value_error") -> InvalidRequest:

@@ -9,7 +9,6 @@ generation through `question_choose` / `question_choose_stream`. Every request i
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 
 from django.conf import settings
@@ -19,7 +18,7 @@ from django.http import HttpRequest
 from cgrag import scopes
 from cgrag.http import error_body, error_of, route, sse_response
 from cgrag.inputs import (ConstrainedGenerateInput, InvalidRequest, RagInput, RetrieveRerankInput, WarmupInput, invalid,
-                          parse)
+                          json_object, parse)
 from cgrag.shapes import generation_of, retrieval_of
 from cgrag.vision import vision_health
 from rag.capacity import CapacityGate, capacity_stats
@@ -239,19 +238,9 @@ def _clamped(value, default: int) -> int:
     return max(1, min(200, number))
 
 
-def _json_object(raw: bytes) -> dict:
-    try:
-        value = json.loads(raw or b"{}")
-    except (ValueError, UnicodeDecodeError):
-        raise invalid("body", "The body must be a JSON object.", "json_invalid") from None
-    if not isinstance(value, dict):
-        raise invalid("body", "The body must be a JSON object.", "dict_type")
-    return value
-
-
 @route("POST")
 def retrieve(request: HttpRequest, request_id: str) -> dict:
-    raw = _json_object(request.body)
+    raw = json_object(request.body)
     if "queries" in raw:
         return _retrieve_batch(raw, request_id)
     body = _Lenient(raw)

@@ -165,7 +165,8 @@ CELERY_BEAT_SCHEDULE = {  # `make run` embeds beat in its worker; in production 
 
 REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],  # JSON bodies only, never a cross-site form
+    # JSON bodies only, never a cross-site form; nesting deeper than the stack is a 400, not a 500.
+    "DEFAULT_PARSER_CLASSES": ["rag.parsers.StrictJSONParser"],
     "EXCEPTION_HANDLER": "rag.api.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,

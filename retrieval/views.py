@@ -12,7 +12,6 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
 from rest_framework import exceptions as drf_exceptions
-from rest_framework.parsers import JSONParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -43,6 +42,10 @@ SEED_CODES = {
 }
 INTERNAL = ServiceError("internal_error", "The retrieval failed on the server.", status=500)
 METHOD_NOT_ALLOWED = ServiceError("method_not_allowed", "Use POST.", status=405, headers={"Allow": "POST"})
+
+
+def _refuse_constant(name: str):
+    raise ValueError(f"{name} is not JSON")  # NaN and Infinity: Python's json reads them, JSON (and the database) not
 
 
 def _list_or_none(body: dict, name: str):
@@ -110,7 +113,6 @@ class RetrievalApi(APIView):
 
     authentication_classes: list = []
     permission_classes: list = []
-    parser_classes = [JSONParser]
     schema = openapi.RequiredBody()
 
     def handle_exception(self, exc):
@@ -175,7 +177,7 @@ def _json_object(request: HttpRequest, *, when_empty: dict | None = None) -> dic
             raise ServiceError("invalid_request", "The request has no body; send a JSON object.")
         return when_empty
     try:
-        body = json.loads(request.body)
+        body = json.loads(request.body, parse_constant=_refuse_constant)
     except (ValueError, RecursionError):
         raise ServiceError("invalid_request", "The body must be JSON.") from None
     if not isinstance(body, dict):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
 from .text import sha1
@@ -12,6 +13,9 @@ LATIN_NAME_RE = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*(?:[ .][A-Za-z_$][A-Za-z0-9
 PARENS_RE = re.compile(r"[（(]([^（）()]*)[）)]")
 MEMBER_RE = re.compile(r"^\s*\.?\s*((?:[A-Za-z_$][\w$]*\.)*[A-Za-z_$][\w$]*)\s*(?=$|[(\[:<（：]|\s+[(:\[（]|\s*$)")
 FENCE_RE = re.compile(r"^\s{0,3}(```|~~~)")
+# A path: segments of name characters joined by "/". Each match starts where a run of name characters starts,
+# and runs are taken whole (possessive), so a long line costs linear time, not quadratic.
+PATH_RE = re.compile(r"(?<![\w.$-])[\w.$-]++(?:/[\w.$-]++)+")
 
 
 def class_name_of(title: str) -> str:
@@ -137,12 +141,20 @@ def split_text(text: str, *, max_chars: int = 800, overlap: int = 200) -> list[s
     if len(text) <= max_chars:
         return [text]
     starts, outside, spans = _layout(text)
+    opens_at = [open_at for open_at, _ in spans]  # sorted, and the spans do not overlap
 
     def in_code(position: int) -> bool:
-        return any(open_at < position < close_at for open_at, close_at in spans)
+        n = bisect_left(opens_at, position) - 1  # the last span opened before position
+        return n >= 0 and position < spans[n][1]
+
+    def last(sorted_cuts: list[int], low: int, high: int) -> int | None:
+        """The greatest cut c with low < c <= high (bisection: a long section stays linear, not quadratic)."""
+        n = bisect_right(sorted_cuts, high) - 1
+        return sorted_cuts[n] if n >= 0 and sorted_cuts[n] > low else None
 
     fence = len("```\n")
     cuts = sorted(set(starts) | outside)
+    outside_cuts = sorted(outside)
     pieces: list[str] = []
     start = 0
     while start < len(text):
@@ -152,21 +164,18 @@ def split_text(text: str, *, max_chars: int = 800, overlap: int = 200) -> list[s
             pieces.append(_balanced(text[start:], opens_in_code=opens, closes_in_code=False))
             break
         floor = start + max_chars // 3
-        window = [c for c in cuts if floor < c <= limit]
-        preferred = [c for c in window if c in outside]
-        if preferred:
-            end = max(preferred)
-        else:
-            inner = [c for c in window if c <= limit - fence]
-            end = max(inner) if inner else limit - fence
+        end = last(outside_cuts, floor, limit)
+        if end is None:
+            inner = last(cuts, floor, min(limit, limit - fence))
+            end = inner if inner is not None else limit - fence
         pieces.append(_balanced(text[start:end], opens_in_code=opens, closes_in_code=in_code(end)))
         target = end - overlap
-        back = [c for c in cuts if start < c <= target]
-        back_outside = [c for c in back if c in outside]
-        if back_outside and target - max(back_outside) < overlap:
-            start = max(back_outside)
-        elif back:
-            start = max(back)
+        back = last(cuts, start, target)
+        back_outside = last(outside_cuts, start, target)
+        if back_outside is not None and target - back_outside < overlap:
+            start = back_outside
+        elif back is not None:
+            start = back
         else:
             start = max(target, start + 1)
     return [p.strip("\n") for p in pieces if p.strip()]
@@ -188,7 +197,7 @@ def _has_body(text: str) -> bool:
 def _boilerplate_key(line: str) -> str:
     """A line with its paths, names and numbers blanked, so `src/math/Box3.js` and `src/core/Clock.js`, or
     "see the base Camera class" and "see the base Texture class", compare equal; ordinary words stay."""
-    line = re.sub(r"[\w.$-]+(?:/[\w.$-]+)+", "P", line.strip())
+    line = PATH_RE.sub("P", line.strip())
     line = re.sub(r"[A-Za-z_$][A-Za-z0-9_$]*", lambda m: "X" if re.search(r"[A-Z0-9_$]", m.group(0)) else m.group(0), line)
     return re.sub(r"\s+", " ", re.sub(r"[0-9]+", "0", line))
 

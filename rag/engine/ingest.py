@@ -1,8 +1,15 @@
-"""Ingest (E1): read a folder of Markdown and HTML API pages into `SourceDocument`s."""
+"""Ingest (E1): read a folder of Markdown and HTML API pages into `SourceDocument`s.
+
+Any bytes make a document or an `IngestError`: invalid UTF-8 is decoded with U+FFFD, NUL characters (which
+PostgreSQL refuses in text and JSON) become U+FFFD too, as in request records, and a file name that is not
+UTF-8 keeps its bytes as `\\xNN` escapes.
+"""
 
 from __future__ import annotations
 
 import datetime
+import math
+import os
 import re
 from pathlib import Path
 
@@ -12,11 +19,19 @@ from .types import SourceDocument
 MARKDOWN_SUFFIXES = {".md", ".markdown"}
 HTML_SUFFIXES = {".html", ".htm"}
 FRONT_MATTER_RE = re.compile(r"\A---[ \t]*\r?\n(.*?)\r?\n(?:---|\.\.\.)[ \t]*(?:\r?\n|\Z)", re.S)
+SURROGATE_RE = re.compile("[\ud800-\udfff]")
 MAX_LABELS = 50
+MAX_HTML_DEPTH = 100  # deeper elements are read as plain text: the walk below recurses once per level
+MAX_FRONT_MATTER_VALUES = 10_000  # YAML aliases can make a small block expand without limit
 
 
 class IngestError(Exception):
     pass
+
+
+def storable(text: str) -> str:
+    """Text as the database stores it: NUL characters and lone surrogates replaced by U+FFFD."""
+    return SURROGATE_RE.sub("\ufffd", text.replace("\x00", "\ufffd"))
 
 
 def html_to_markdown(html: str) -> str:
@@ -29,16 +44,23 @@ def html_to_markdown(html: str) -> str:
     root = soup.body or soup
     blocks: list[str] = []
 
-    def inline(node) -> str:
+    def inline(node, depth: int = 0) -> str:
         if isinstance(node, NavigableString):
             return str(node)
         if node.name == "code":
             return "`" + node.get_text() + "`"
         if node.name == "br":
             return "\n"
-        return "".join(inline(child) for child in node.children)
+        if depth > MAX_HTML_DEPTH:
+            return node.get_text()
+        return "".join(inline(child, depth + 1) for child in node.children)
 
-    def walk(node) -> None:
+    def walk(node, depth: int = 0) -> None:
+        if depth > MAX_HTML_DEPTH:
+            text = " ".join(node.get_text(" ").split())
+            if text:
+                blocks.append(text)
+            return
         for child in node.children:
             if isinstance(child, NavigableString):
                 text = str(child).strip()
@@ -75,7 +97,7 @@ def html_to_markdown(html: str) -> str:
                     rows.append("| " + " | ".join(cells) + " |")
                 blocks.append("\n".join(rows))
             else:
-                walk(child)
+                walk(child, depth + 1)
 
     walk(root)
     markdown = "\n\n".join(b for b in blocks if b)
@@ -98,21 +120,34 @@ def split_front_matter(text: str) -> tuple[dict, str]:
 
     try:
         data = yaml.safe_load(match.group(1))
-    except yaml.YAMLError:
-        return {}, text
-    if not isinstance(data, dict):
-        return {}, text
-    return {str(name): _json_safe(value) for name, value in data.items()}, text[match.end():]
+        if not isinstance(data, dict):
+            return {}, text
+        budget = [MAX_FRONT_MATTER_VALUES]
+        return {storable(str(name)): _json_safe(value, budget) for name, value in data.items()}, text[match.end():]
+    except (yaml.YAMLError, RecursionError, _TooLarge):  # RecursionError: nesting deeper than the stack, or an alias
+        return {}, text                                   # to itself (`a: &a [*a]`)
 
 
-def _json_safe(value):
+class _TooLarge(Exception):
+    pass
+
+
+def _json_safe(value, budget: list[int]):
+    """A YAML value as JSON the database accepts: dates as ISO 8601, NaN and infinities as strings, text storable."""
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise _TooLarge
     if isinstance(value, dict):
-        return {str(k): _json_safe(v) for k, v in value.items()}
+        return {storable(str(k)): _json_safe(v, budget) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_json_safe(v) for v in value]
+        return [_json_safe(v, budget) for v in value]
     if isinstance(value, datetime.date | datetime.datetime):
         return value.isoformat()
-    return value if value is None or isinstance(value, bool | int | float | str) else str(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    return storable(str(value))
 
 
 def front_matter_labels(meta: dict) -> list[tuple[str, str]]:
@@ -169,16 +204,17 @@ def read_folder(root: Path) -> list[SourceDocument]:
             continue
         if not path.resolve().is_relative_to(real_root):
             continue  # a symlink leading out of the knowledge base
-        raw = path.read_text(encoding="utf-8", errors="replace")
+        raw = storable(path.read_text(encoding="utf-8", errors="replace"))
         meta: dict = {}
         if suffix in HTML_SUFFIXES:
             text = html_to_markdown(raw)
         else:
             meta, text = split_front_matter(raw)
-        fallback = meta["title"] if isinstance(meta.get("title"), str) and meta["title"].strip() else path.stem
+        stem = os.fsencode(path.stem).decode("utf-8", "backslashreplace")
+        fallback = meta["title"] if isinstance(meta.get("title"), str) and meta["title"].strip() else stem
         documents.append(
             SourceDocument(
-                path=relative.as_posix(),
+                path=os.fsencode(relative.as_posix()).decode("utf-8", "backslashreplace"),
                 title=page_title(text, fallback=fallback.strip()),
                 text=text,
                 content_hash=sha1(raw),

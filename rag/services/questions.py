@@ -29,7 +29,8 @@ from rag.pipeline import get_engine
 from rag.retrieval_cache import retrieval_cache
 from rag.services.knowledge import BUILDING_RETRY_AFTER, aliases_for, building_message, index_building, kb_get_current
 from rag.services.profiles import Profile, profile_of
-from rag.services.records import MAX_KB_CHARS, MAX_QUESTION_CHARS, new_request_id, request_record_write
+from rag.services.records import (MAX_KB_CHARS, MAX_QUESTION_CHARS, VISIBLE_RE, new_request_id,
+                                  request_record_write)
 
 MAX_TOP_K = 50
 MAX_CANDIDATES = 200  # ranked candidates a face may list beside the adopted evidence (CG_RAG's topk)
@@ -489,7 +490,7 @@ def _options(request: QuestionRequest) -> dict:
 
 
 def validated_question(question) -> str:
-    if not isinstance(question, str) or not question.strip() or "\x00" in question:
+    if not isinstance(question, str) or "\x00" in question or not VISIBLE_RE.search(question):
         raise ServiceError("invalid_question", "The question must be a non-empty string (without NUL characters).")
     if len(question) > MAX_QUESTION_CHARS:
         raise ServiceError("question_too_long", f"The question is longer than {MAX_QUESTION_CHARS} characters.")

@@ -7,6 +7,7 @@ again from the raw fields.
 
 from __future__ import annotations
 
+import math
 import re
 import uuid
 from typing import TYPE_CHECKING
@@ -19,7 +20,30 @@ if TYPE_CHECKING:
 
 SURROGATE_RE = re.compile("[\ud800-\udfff]")
 MAX_QUESTION_CHARS = 2000
-QUESTION_REGEX = r"^[^\x00]*[^\s\x00][^\x00]*$"  # not blank after stripping, no NUL: the service's rule as a pattern
+
+
+def _invisible_ranges() -> list[tuple[int, int]]:
+    """The code points that show nothing besides white space: control (Cc) and format (Cf: zero-width spaces,
+    joiners, the BOM, bidi marks) characters, as ranges. They live in planes 0, 1 and 14 only."""
+    import unicodedata
+
+    points = [c for plane in (0, 1, 14) for c in range(plane << 16, (plane + 1) << 16)
+              if unicodedata.category(chr(c)) in ("Cc", "Cf")]
+    ranges, start = [], points[0]
+    for previous, current in zip(points, points[1:] + [None]):
+        if current != previous + 1:
+            ranges.append((start, previous))
+            start = current
+    return ranges
+
+
+_INVISIBLE = _invisible_ranges()
+# A question shows at least one character and holds no NUL (questions.validated_question).
+VISIBLE_RE = re.compile("[^\\s" + "".join(f"\\U{a:08x}-\\U{b:08x}" for a, b in _INVISIBLE) + "]")
+# The same rule as an OpenAPI pattern, in the ECMA-262 syntax the schema's readers expect: \uXXXX escapes, so only
+# the basic plane's invisible characters (the astral ones are rare format tags; the service still refuses them).
+QUESTION_REGEX = ("^[^\\u0000]*[^\\s" + "".join(f"\\u{a:04x}-\\u{b:04x}" for a, b in _INVISIBLE if b <= 0xFFFF)
+                  + "][^\\u0000]*$")
 MAX_KB_CHARS = 64
 Outcome = RequestRecord.Outcome
 
@@ -66,6 +90,8 @@ def _json_safe(value):
         return {_text(str(k), 100): _json_safe(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_json_safe(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)  # NaN and infinities are not JSON: the database refuses them
     return value if value is None or isinstance(value, bool | int | float) else repr(value)[:100]
 
 

@@ -1,6 +1,11 @@
 """The OpenAPI schema at /api/schema says what the API does: schemathesis (every check, as `--checks all`)
 sends schema-valid and schema-invalid requests to the project served over HTTP and reports nothing.
 
+It is the one OpenAPI document the product serves: it holds the web API and seed 002's open retrieval API
+(`/api/v1/retrieval`, retrieval/schema.py). RAGFlow's and Dify's retrieval faces and the CG_RAG API serve none
+(they follow those products' and seed 004's APIs); hypothesis fuzzes them from their fields instead
+(retrieval/tests/test_fuzz.py, cgrag/tests/test_fuzz.py).
+
 (Over HTTP, by pytest-django's live server: schemathesis's in-process WSGI transport fails on its own
 authentication probes, which pass `max_redirects` to werkzeug.)"""
 

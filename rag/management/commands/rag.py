@@ -29,6 +29,7 @@ from rag.services.questions import MAX_TOP_K, QuestionRequest, question_answer, 
 from rag.services.release import index_build_gated
 from rag.shapes import citation_as_dict, context_text, search_as_dict, sources_of
 
+ARGUMENTS_ERROR = "invalid_arguments"
 NOT_MIGRATED = ServiceError("database_not_migrated", "The database has no tables yet: run `python manage.py "
                                                      "migrate` first (`make run` does it).")
 
@@ -65,10 +66,16 @@ class Command(BaseCommand):
     # (DRF, drf-spectacular, Daphne's server) and which this command's answers do not depend on.
     requires_system_checks: list = []
 
+    def run_from_argv(self, argv):
+        self.json_arguments = "--json" in argv[2:]
+        super().run_from_argv(argv)
+
     def add_arguments(self, parser):
+        self._errors_as_json(parser)
         sub = parser.add_subparsers(dest="action", required=True)
         for name in ("status", "search", "context", "read", "reindex", "ask", "vectors"):
             p = sub.add_parser(name, help=f"rag {name}")
+            self._errors_as_json(p)
             p.add_argument("--kb", default=None, help="knowledge base slug (default: RAG_DEFAULT_KB)")
             p.add_argument("--json", action="store_true", help="print JSON for programs and agents")
             if name in ("search", "context", "ask"):
@@ -108,17 +115,31 @@ class Command(BaseCommand):
             raise exc
         self._emit(action, payload)
 
+    def _errors_as_json(self, parser) -> None:
+        """With `--json` on the command line, an argument error is printed as seed 000's error object (code
+        `invalid_arguments`) on stdout instead of argparse's usage text; the exit status stays argparse's 2."""
+        usual = parser.error
+
+        def error(message: str):
+            if parser.called_from_command_line and getattr(self, "json_arguments", False):
+                self.stdout.write(printable(json.dumps({"ok": False, "error": message, "code": ARGUMENTS_ERROR},
+                                                       ensure_ascii=False)))
+                sys.exit(2)
+            usual(message)
+
+        parser.error = error
+
     # -- output --------------------------------------------------------------------------------------
 
     def _emit(self, action: str, payload: dict) -> None:
         if self.as_json:
-            self.stdout.write(json.dumps({"ok": True, "command": action, **payload}, ensure_ascii=False))
+            self.stdout.write(printable(json.dumps({"ok": True, "command": action, **payload}, ensure_ascii=False)))
         else:
-            self.stdout.write(getattr(self, f"_human_{action}")(payload))
+            self.stdout.write(printable(getattr(self, f"_human_{action}")(payload)))
 
     def _fail(self, message: str, code: str) -> None:
         if self.as_json:
-            self.stdout.write(json.dumps({"ok": False, "error": message, "code": code}, ensure_ascii=False))
+            self.stdout.write(printable(json.dumps({"ok": False, "error": message, "code": code}, ensure_ascii=False)))
             sys.exit(1)
         raise CommandError(f"{message} [{code}]")
 
@@ -184,7 +205,7 @@ class Command(BaseCommand):
                 if _migrated():
                     raise
                 self._fail(NOT_MIGRATED.message, NOT_MIGRATED.code)
-            self.stdout.write(json.dumps(payload, ensure_ascii=False))
+            self.stdout.write(printable(json.dumps(payload, ensure_ascii=False)))
             self.stdout.flush()
 
     def _context(self, kb: str, options) -> dict:
@@ -283,8 +304,8 @@ class Command(BaseCommand):
                 failed = ", ".join(f"{g['metric']} ({g['status']})" for g in gate.failed_gates)
                 message = f"the gate failed ({failed}); version {version.name} was built but not activated"
                 if self.as_json:
-                    self.stdout.write(json.dumps({"ok": False, "command": "reindex", "error": message,
-                                                  "code": "gate_failed", **payload}, ensure_ascii=False))
+                    self.stdout.write(printable(json.dumps({"ok": False, "command": "reindex", "error": message,
+                                                            "code": "gate_failed", **payload}, ensure_ascii=False)))
                     sys.exit(1)
                 raise CommandError(message + "\n" + self._human_gate(payload))
         return payload
@@ -353,6 +374,12 @@ class Command(BaseCommand):
                     + self._human_gate(p))
         return (f"{p['kb']}: version {p['version']} active · {p['synced_notes']} documents · {p['indexed_nodes']} chunks "
                 f"({p['chunks_embedded']} embedded, {p['chunks_reused']} reused) in {p['duration_seconds']:.1f} s")
+
+
+def printable(text: str) -> str:
+    """Text any UTF-8 stdout can take: a lone surrogate (an argument that was not UTF-8, echoed back) is written as
+    its `\\udcNN` escape, which inside a JSON string is that same character."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _building(kb: KnowledgeBase) -> dict | None:
