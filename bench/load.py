@@ -43,9 +43,16 @@ def pct(values, q):
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
+def summary(clients: int, latencies: list[float], errors: list[float], wall: float, request_ids: list[str]) -> dict:
+    return {"clients": clients, "requests": len(latencies), "errors": len(errors),
+            "p50_ms": round(statistics.median(latencies), 1) if latencies else None,
+            "p95_ms": round(pct(latencies, 0.95), 1) if latencies else None,
+            "rps": round(len(latencies) / wall, 1), "request_ids": request_ids}
+
+
 def run_level(url: str, path: str, clients: int, total: int, seconds: float, body=lambda q: {"question": q},
               headers: dict | None = None) -> dict:
-    latencies, errors = [], []
+    latencies, errors, request_ids = [], [], []
     lock = threading.Lock()
     counter = iter(range(total))
     deadline = time.monotonic() + seconds
@@ -61,9 +68,12 @@ def run_level(url: str, path: str, clients: int, total: int, seconds: float, bod
             started = time.perf_counter()
             response = session.post(url + path, json=body(question), headers=headers, timeout=60)
             elapsed = (time.perf_counter() - started) * 1000
-            ok = response.status_code == 200 and response.json().get("code", 0) == 0
+            payload = response.json() if response.status_code == 200 else {}
+            ok = response.status_code == 200 and payload.get("code", 0) == 0
             with lock:
                 (latencies if ok else errors).append(elapsed)
+                if ok and isinstance(payload.get("request_id"), str):
+                    request_ids.append(payload["request_id"])
 
     started = time.perf_counter()
     threads = [threading.Thread(target=client) for _ in range(clients)]
@@ -71,11 +81,7 @@ def run_level(url: str, path: str, clients: int, total: int, seconds: float, bod
         thread.start()
     for thread in threads:
         thread.join()
-    wall = time.perf_counter() - started
-    return {"clients": clients, "requests": len(latencies), "errors": len(errors),
-            "p50_ms": round(statistics.median(latencies), 1) if latencies else None,
-            "p95_ms": round(pct(latencies, 0.95), 1) if latencies else None,
-            "rps": round(len(latencies) / wall, 1)}
+    return summary(clients, latencies, errors, time.perf_counter() - started, request_ids)
 
 
 def run_mcp_level(url: str, key: str, tool: str, clients: int, total: int, seconds: float) -> dict:
@@ -84,7 +90,7 @@ def run_mcp_level(url: str, key: str, tool: str, clients: int, total: int, secon
     from mcp.client.streamable_http import streamable_http_client
     from mcp.shared._httpx_utils import create_mcp_http_client
 
-    latencies, errors = [], []
+    latencies, errors, request_ids = [], [], []
     counter = iter(range(total))
     deadline = time.monotonic() + seconds
 
@@ -97,17 +103,15 @@ def run_mcp_level(url: str, key: str, tool: str, clients: int, total: int, secon
                 result = await session.call_tool(tool, {"question": question})
                 elapsed = (time.perf_counter() - started) * 1000
                 (errors if result.is_error else latencies).append(elapsed)
+                if not result.is_error and result.structured_content:
+                    request_ids.append(result.structured_content.get("request_id"))
 
     async def level():
         started = time.perf_counter()
         await asyncio.gather(*(client() for _ in range(clients)))
         return time.perf_counter() - started
 
-    wall = asyncio.run(level())
-    return {"clients": clients, "requests": len(latencies), "errors": len(errors),
-            "p50_ms": round(statistics.median(latencies), 1) if latencies else None,
-            "p95_ms": round(pct(latencies, 0.95), 1) if latencies else None,
-            "rps": round(len(latencies) / wall, 1)}
+    return summary(clients, latencies, errors, asyncio.run(level()), request_ids)
 
 
 ISSUE_KEY = """
@@ -119,6 +123,25 @@ app = retrieval_app_create(name="make bench-load", kb_slugs=["docs"])
 print(app.pk)
 print(api_key_issue(owner=user, name="make bench-load", app=app)[1])
 """
+
+
+ENGINE_TOTALS = """
+import json, sys
+from rag.models import RequestRecord
+ids = json.load(sys.stdin)
+print(json.dumps(dict(RequestRecord.objects.filter(request_id__in=ids).values_list("request_id", "timings__total"))))
+"""
+
+
+def add_engine_totals(results: dict, manage: list[str], env: dict) -> None:
+    """Add each level's median of the engine's own `timings_ms.total`, read from the requests' records."""
+    ids = [i for levels in results.values() for r in levels for i in r["request_ids"]]
+    totals = json.loads(subprocess.run(manage + ["shell", "-c", ENGINE_TOTALS], cwd=ROOT, env=env, check=True,
+                                       input=json.dumps(ids), capture_output=True, text=True).stdout.splitlines()[-1])
+    for levels in results.values():
+        for r in levels:
+            engine = [totals[i] for i in r.pop("request_ids") if totals.get(i) is not None]
+            r["engine_p50_ms"] = round(statistics.median(engine), 1) if engine else None
 
 
 def retrieval_faces(app_id: int) -> dict:
@@ -177,10 +200,13 @@ def main() -> int:
         if server is not None:
             server.terminate()
             server.wait(timeout=10)
-    print(f"{'endpoint':26s} {'clients':>7s} {'requests':>8s} {'errors':>6s} {'p50 ms':>8s} {'p95 ms':>8s} {'req/s':>7s}")
+    add_engine_totals(results, manage, env)
+    print(f"{'endpoint':26s} {'clients':>7s} {'requests':>8s} {'errors':>6s} {'p50 ms':>8s} {'p95 ms':>8s} {'req/s':>7s}"
+          f" {'engine p50':>10s}")
     for path, levels in results.items():
         for r in levels:
-            print(f"{path:26s} {r['clients']:7d} {r['requests']:8d} {r['errors']:6d} {r['p50_ms']:8} {r['p95_ms']:8} {r['rps']:7}")
+            print(f"{path:26s} {r['clients']:7d} {r['requests']:8d} {r['errors']:6d} {r['p50_ms']:8} {r['p95_ms']:8} "
+                  f"{r['rps']:7} {r['engine_p50_ms']:10}")
     out = Path(os.environ.get("RAG_DATA_DIR", ROOT / "data")) / "bench" / "load.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=1))

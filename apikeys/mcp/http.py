@@ -16,9 +16,11 @@ That task also publishes the number of open sessions for the ops site every few 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import re
+from dataclasses import dataclass, field
 
 from channels.db import database_sync_to_async
 from django.conf import settings
@@ -30,6 +32,7 @@ from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE, Transpo
 from apikeys.api import bearer_of, key_refusal
 from apikeys.mcp.server import SCOPE_CALLER, build_server
 from apikeys.mcp.service import Caller, mcp_refusal_record, tool_names
+from apikeys.models import ApiKey
 from apikeys.services import api_key_admit_call, api_key_authenticate
 from rag import live
 from rag.errors import ServiceError
@@ -169,33 +172,27 @@ class McpHttpApp:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", ())}
         try:
             self._check_host_and_origin(headers)
-            caller, key = await self._authenticate(headers, scope)
         except ServiceError as refusal:
             await _send_refusal(send, refusal)
             return
         body, receive = await self._buffer_body(scope, receive)
-        if body is None:
-            await _send_refusal(send, ServiceError("request_too_large", "The request body is too large.", status=413))
+        admit = functools.partial(_admit, headers=headers, address=(scope.get("client") or ("", 0))[0] or "",
+                                  method=scope.get("method"), body=body)
+        if headers.get("authorization") or settings.RAG_MCP_REQUIRE_KEY:
+            # One thread hop for the key and its limits: each hop costs a database connection under
+            # CONN_MAX_AGE=0 (channels' connection hygiene), and the tool call takes another.
+            admission = await database_sync_to_async(admit, thread_sensitive=False)()
+        else:
+            admission = admit()  # no key: nothing to look up
+        if admission.refusal is not None:
+            await _send_refusal(send, admission.refusal, admission.refused_id)
             return
-        limit_headers: dict[str, str] = {}
-        if key is not None and scope.get("method") == "POST":
-            for call in _tool_calls(body, tool_names()):
-                tool, arguments = call["params"]["name"], call["params"].get("arguments") or {}
-                try:
-                    limit_headers = await database_sync_to_async(api_key_admit_call, thread_sensitive=False)(
-                        key=key, tool=tool)
-                except ServiceError as exc:
-                    await database_sync_to_async(mcp_refusal_record, thread_sensitive=False)(
-                        caller=Caller(key_id=key.pk, key_prefix=key.prefix,
-                                      session_id=headers.get("mcp-session-id", ""), transport="http"),
-                        tool=tool, arguments=arguments, error=exc)
-                    await _send_refusal(send, exc, call.get("id"))
-                    return
+        caller, key = admission.caller, admission.key
         scope = {**_served_path(scope), SCOPE_CALLER: caller}
         if key is not None:
             # The SDK binds a session to the credential that opened it: another key cannot use its id.
             scope["user"] = AuthenticatedUser(AccessToken(token=key.prefix, client_id=key.prefix, scopes=[]))
-        await self.sdk_app(scope, receive, _with_headers(send, limit_headers))
+        await self.sdk_app(scope, receive, _with_headers(send, admission.limit_headers))
 
     def _check_host_and_origin(self, headers: dict) -> None:
         domain, _port = split_domain_port(headers.get("host", ""))
@@ -207,21 +204,6 @@ class McpHttpApp:
             raise ServiceError("origin_not_allowed",
                                f"Origin {origin[:100]} may not call this server (see RAG_MCP_ALLOWED_ORIGINS).",
                                status=403)
-
-    async def _authenticate(self, headers: dict, scope) -> tuple[Caller, object | None]:
-        authorization = headers.get("authorization", "")
-        if not authorization and not settings.RAG_MCP_REQUIRE_KEY:
-            return Caller(transport="http"), None
-        # The 401's challenge names the error and offers no OAuth, and the OAuth discovery paths are 404s
-        # (apikeys.api), so clients that try OAuth on a 401 stop and show this message instead.
-        raw = bearer_of(authorization)
-        address = (scope.get("client") or ("", 0))[0] or ""
-        try:
-            key = await database_sync_to_async(api_key_authenticate, thread_sensitive=False)(
-                raw=raw, address=address)
-        except ServiceError as exc:
-            raise key_refusal(exc) from None
-        return Caller(key_id=key.pk, key_prefix=key.prefix, transport="http"), key
 
     async def _buffer_body(self, scope, receive):
         """Read the request body (to see which tools it calls) and hand the SDK a replay of it."""
@@ -249,6 +231,53 @@ class McpHttpApp:
             return await receive()
 
         return body, replay
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """What the gate decided for one request: its caller and key, or the refusal to send instead."""
+
+    caller: Caller | None = None
+    key: ApiKey | None = None
+    limit_headers: dict[str, str] = field(default_factory=dict)
+    refusal: ServiceError | None = None
+    refused_id: object = None  # the JSON-RPC id of the refused tool call
+
+
+def _admit(*, headers: dict, address: str, method: str | None, body: bytes | None) -> Admission:
+    """Check the Bearer key (a 401 or 429 refusal), the body's size, and admit each call of our tools in the
+    body against the key's rate limit and daily quota (a refused call is recorded)."""
+    try:
+        caller, key = _authenticate(headers, address)
+    except ServiceError as refusal:
+        return Admission(refusal=refusal)
+    if body is None:
+        return Admission(refusal=ServiceError("request_too_large", "The request body is too large.", status=413))
+    limit_headers: dict[str, str] = {}
+    if key is not None and method == "POST":
+        for call in _tool_calls(body, tool_names()):
+            tool, arguments = call["params"]["name"], call["params"].get("arguments") or {}
+            try:
+                limit_headers = api_key_admit_call(key=key, tool=tool)
+            except ServiceError as exc:
+                mcp_refusal_record(caller=Caller(key_id=key.pk, key_prefix=key.prefix,
+                                                 session_id=headers.get("mcp-session-id", ""), transport="http"),
+                                   tool=tool, arguments=arguments, error=exc)
+                return Admission(refusal=exc, refused_id=call.get("id"))
+    return Admission(caller=caller, key=key, limit_headers=limit_headers)
+
+
+def _authenticate(headers: dict, address: str) -> tuple[Caller, ApiKey | None]:
+    authorization = headers.get("authorization", "")
+    if not authorization and not settings.RAG_MCP_REQUIRE_KEY:
+        return Caller(transport="http"), None
+    # The 401's challenge names the error and offers no OAuth, and the OAuth discovery paths are 404s
+    # (apikeys.api), so clients that try OAuth on a 401 stop and show this message instead.
+    try:
+        key = api_key_authenticate(raw=bearer_of(authorization), address=address)
+    except ServiceError as exc:
+        raise key_refusal(exc) from None
+    return Caller(key_id=key.pk, key_prefix=key.prefix, transport="http"), key
 
 
 def _with_headers(send, extra: dict[str, str]):
