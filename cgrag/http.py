@@ -26,8 +26,10 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonRespons
 from django.views.decorators.csrf import csrf_exempt
 
 from cgrag.inputs import InvalidRequest
+from rag.capacity import CapacityExceeded
 from rag.errors import ServiceError
 from rag.services.records import new_request_id
+from rag.streams import BUSY_RETRY_AFTER, answer_streams
 
 log = logging.getLogger(__name__)
 
@@ -114,14 +116,25 @@ _DONE = object()
 
 
 def sse_response(request_id: str, produce: Callable[[Callable[[], bool]], Iterator[tuple[str, dict]]]
-                 ) -> StreamingHttpResponse:
-    """Stream `produce(cancelled)`'s (event, data) pairs as SSE frames. `produce` runs in its own thread
-    (it may block on the model); `cancelled()` turns true when the client has gone."""
+                 ) -> StreamingHttpResponse | JsonResponse:
+    """Stream `produce(cancelled)`'s (event, data) pairs as SSE frames. `produce` runs on an answer thread
+    (rag.streams: it may block on the model); `cancelled()` turns true when the client has gone or the answer's
+    deadline passed (then a last `error` frame says `answer_deadline`). With every answer thread taken the
+    reply is 429 `capacity.exceeded` before any frame."""
+    streams = answer_streams()
+    slot = streams.reserve()
+    if slot is None:
+        refusal = CapacityExceeded(resource="answer_streams", max=streams.threads, wait_timeout=BUSY_RETRY_AFTER)
+        return json_response(request_id, error_body(request_id, refusal), refusal.status, refusal.headers)
     gone = threading.Event()
 
     async def frames():
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue = asyncio.Queue()
+        ends_at = streams.ends_at()
+
+        def cancelled() -> bool:
+            return gone.is_set() or streams.clock() >= ends_at
 
         def put(item) -> None:
             loop.call_soon_threadsafe(queue.put_nowait, item)
@@ -129,9 +142,9 @@ def sse_response(request_id: str, produce: Callable[[Callable[[], bool]], Iterat
         def run() -> None:
             close_old_connections()
             try:
-                for event, data in produce(gone.is_set):
+                for event, data in produce(cancelled):
                     put(sse_frame(event, data))
-                    if gone.is_set():
+                    if cancelled():
                         break
             except BaseException:  # the producer shapes its own failures; this is a last resort
                 log.exception("CG_RAG stream %s failed", request_id)
@@ -141,14 +154,24 @@ def sse_response(request_id: str, produce: Callable[[Callable[[], bool]], Iterat
                 connections.close_all()
                 put(_DONE)
 
-        threading.Thread(target=run, name=f"cgrag-sse-{request_id[:12]}", daemon=True).start()
+        slot.submit(run)
         try:
-            while (item := await queue.get()) is not _DONE:
+            while True:
+                try:
+                    item = await asyncio.wait_for(queue.get(), timeout=max(0.0, ends_at - streams.clock()))
+                except TimeoutError:
+                    gone.set()  # the producer stops at its next check; its thread frees its slot then
+                    error = ServiceError("answer_deadline", "The answer took too long and was stopped.", status=504)
+                    yield sse_frame("error", {**error_body(request_id, error)["error"], "request_id": request_id})
+                    return
+                if item is _DONE:
+                    return
                 yield item
         finally:
             gone.set()  # a disconnect cancels this generator: the producer stops at its next check
 
     response = StreamingHttpResponse(frames(), content_type="text/event-stream; charset=utf-8")
+    response._resource_closers.append(slot.release)  # a stream never started gives its slot back on close
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"
     response[HEADER] = request_id

@@ -1,4 +1,5 @@
-"""Where streamed answers run: a bounded pool of threads of their own, never the event loop's default executor.
+"""Where streamed answers run (the chat WebSocket, CG_RAG's SSE): a bounded pool of threads of their own, never
+the event loop's default executor.
 
 A streamed answer blocks a thread for as long as the model writes (seconds, or a read timeout when it stalls).
 On the loop's default executor (a few threads on a small machine) a handful of slow sockets would stall
@@ -35,15 +36,15 @@ class AnswerStreams:
 
     def submit(self, produce: Callable[[], None]) -> Future | None:
         """Run `produce` on an answer thread; None (nothing started) when every slot is taken."""
+        slot = self.reserve()
+        return slot.submit(produce) if slot is not None else None
+
+    def reserve(self) -> "Slot | None":
+        """Take a slot now, to start the answer later (an HTTP stream answers 429 before it has begun); None when
+        every slot is taken. A slot is freed when its answer ends, or by `release()` if it never starts."""
         if not self._slots.acquire(blocking=False):
             return None
-        try:
-            future = self._executor.submit(produce)
-        except BaseException:
-            self._slots.release()
-            raise
-        future.add_done_callback(lambda _: self._slots.release())
-        return future
+        return Slot(self)
 
     def ends_at(self) -> float:
         """The deadline of an answer starting now, on `clock`."""
@@ -51,6 +52,31 @@ class AnswerStreams:
 
     def in_use(self) -> int:
         return self.threads - self._slots._value  # noqa: SLF001 - the semaphore's own count, read for the ops pages
+
+
+class Slot:
+    """One answer thread, taken: `submit` runs the answer on it, `release` gives it back unused."""
+
+    def __init__(self, streams: AnswerStreams):
+        self._streams = streams
+        self._held = True
+
+    def submit(self, produce: Callable[[], None]) -> Future:
+        if not self._held:
+            raise RuntimeError("this slot was released")
+        self._held = False
+        try:
+            future = self._streams._executor.submit(produce)  # noqa: SLF001 - the pool's own slot
+        except BaseException:
+            self._streams._slots.release()  # noqa: SLF001
+            raise
+        future.add_done_callback(lambda _: self._streams._slots.release())  # noqa: SLF001
+        return future
+
+    def release(self) -> None:
+        if self._held:
+            self._held = False
+            self._streams._slots.release()  # noqa: SLF001
 
 
 _streams: AnswerStreams | None = None

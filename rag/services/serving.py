@@ -27,11 +27,11 @@ def kb_load(slug: str) -> Loaded:
     from rag.services.questions import version_of
 
     knowledge_base = kb_get_current(slug)
-    row = version_of(knowledge_base, None)
     engine = get_engine()
-    was_open = (knowledge_base.slug, row.name) in engine.readers
+    active = knowledge_base.active_version
+    was_open = active is not None and (knowledge_base.slug, active.name) in engine.readers
     started = time.perf_counter()
-    engine.reader(knowledge_base.slug, row.name)
+    row = version_of(knowledge_base, None)  # opens it (or, while it does not open, the good version before it)
     return Loaded(kb=knowledge_base.slug, version=row.name, opened=not was_open,
                   load_ms=round((time.perf_counter() - started) * 1000, 1))
 
