@@ -36,8 +36,14 @@ class KnowledgeBaseAdmin(admin.ModelAdmin):
     def rebuild_index(self, request, queryset):
         from rag.tasks import index_build_task
 
-        for kb in queryset:
-            index_build_task.delay(kb.pk)
+        from rag.queue import enqueue
+
+        try:
+            for kb in queryset:
+                enqueue(index_build_task, kb.pk)
+        except ServiceError as exc:
+            self.message_user(request, exc.message, level=messages.ERROR)
+            return
         self.message_user(request, f"Queued {queryset.count()} rebuild(s); the worker switches each when it validates.")
 
 

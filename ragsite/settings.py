@@ -155,6 +155,14 @@ CELERY_RESULT_BACKEND = env_str("CELERY_RESULT_BACKEND", default="")
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", default=False)
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# A broker or result backend that does not answer (Redis stopped or stalled) fails a publish within seconds
+# (rag/queue.py turns that into 503 queue_unavailable), never hangs a request; the worker reconnects on its own.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_timeout": 2, "socket_connect_timeout": 2}
+CELERY_BROKER_CONNECTION_TIMEOUT = 2
+CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.5, "interval_max": 1}
+CELERY_REDIS_SOCKET_TIMEOUT = 5
+CELERY_REDIS_SOCKET_CONNECT_TIMEOUT = 2
+CELERY_TASK_IGNORE_RESULT = True  # jobs report through their rows (versions, runs); a publish waits on no result
 CELERY_TIMEZONE = TIME_ZONE
 CELERY_BEAT_SCHEDULE = {  # `make run` embeds beat in its worker; in production run one `celery beat`
     "eval-runs-reap": {"task": "evaluation.tasks.eval_runs_reap_task", "schedule": 300.0},

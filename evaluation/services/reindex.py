@@ -11,6 +11,7 @@ from evaluation.services.golden import golden_set_latest
 from evaluation.services.runs import eval_run_create, eval_run_execute
 from rag.errors import ServiceError
 from rag.models import KnowledgeBase
+from rag.queue import enqueue
 from rag.services.generation import generation_configured
 from rag.services.knowledge import index_activate, index_build, index_version_note
 from rag.services.release import GateOutcome
@@ -39,7 +40,7 @@ def gated_reindex_start(*, kb: KnowledgeBase, user=None) -> None:
     if not gate_sets_for(kb.slug):
         raise ServiceError("no_gate_sets", f"No golden set has questions for {kb.slug}.", status=409)
     user_id = user.pk if user else None
-    transaction.on_commit(lambda: gated_reindex_task.delay(kb.pk, user_id))
+    transaction.on_commit(lambda: enqueue(gated_reindex_task, kb.pk, user_id))
 
 
 def index_build_gated(kb: KnowledgeBase, *, progress=None, run_progress=None, user=None) -> GateOutcome:

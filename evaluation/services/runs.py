@@ -18,6 +18,7 @@ from evaluation.services.reports import write_report
 from evaluation.services.scoring import golden_item_score, make_judge
 from rag.errors import ServiceError
 from rag.models import IndexVersion, KnowledgeBase
+from rag.queue import enqueue
 
 log = logging.getLogger(__name__)
 
@@ -67,8 +68,15 @@ def eval_run_start(*, golden_set: GoldenSet, kb: str = "", index_version: str = 
 
     with transaction.atomic():
         run = eval_run_create(golden_set=golden_set, kb=kb, index_version=index_version, user=user)
-        transaction.on_commit(lambda: eval_run_execute_task.delay(run.pk))
+        transaction.on_commit(lambda: enqueue(eval_run_execute_task, run.pk, on_unavailable=lambda reason: _not_queued(
+            run, reason)))
     return run
+
+
+def _not_queued(run: EvalRun, reason: str) -> None:
+    """A run the broker would not take ends failed, saying why (retry it once the queue is back)."""
+    EvalRun.objects.filter(pk=run.pk, status=EvalRun.Status.QUEUED).update(
+        status=EvalRun.Status.FAILED, error=reason, finished_at=timezone.now())
 
 
 def eval_run_cancel(run: EvalRun) -> EvalRun:
@@ -92,7 +100,8 @@ def eval_run_retry(run: EvalRun) -> EvalRun:
         raise ServiceError("run_not_retryable", f"Run #{run.pk} is {run.status}.", status=409)
     EvalRun.objects.filter(pk=run.pk).update(status=EvalRun.Status.QUEUED, cancel_requested=False, error="",
                                              verdict="", finished_at=None)
-    transaction.on_commit(lambda: eval_run_execute_task.delay(run.pk))
+    transaction.on_commit(lambda: enqueue(eval_run_execute_task, run.pk, on_unavailable=lambda reason: _not_queued(
+        run, reason)))
     run.refresh_from_db()
     return run
 

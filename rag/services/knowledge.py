@@ -22,6 +22,7 @@ from rag.engine.vectorpack import read_pack, write_pack
 from rag.errors import ServiceError
 from rag.models import ClassAlias, Document, DocumentLabel, IndexVersion, KnowledgeBase, Label, LabelValue
 from rag.pipeline import REOPEN_AFTER_SECONDS, get_engine
+from rag.queue import enqueue
 
 log = logging.getLogger(__name__)
 
@@ -192,7 +193,9 @@ def index_build_queue(kb: KnowledgeBase) -> IndexVersion:
     with transaction.atomic():
         KnowledgeBase.objects.select_for_update().filter(pk=kb.pk).first()
         version = _start_version(kb)  # the worker that picks it up claims it (index_build)
-    transaction.on_commit(lambda: index_build_task.delay(kb.pk, version.pk))
+    transaction.on_commit(lambda: enqueue(index_build_task, kb.pk, version.pk, on_unavailable=lambda reason: (
+        IndexVersion.objects.filter(pk=version.pk, status=IndexVersion.Status.BUILDING).update(
+            status=IndexVersion.Status.FAILED, error=reason))))
     return version
 
 
