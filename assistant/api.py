@@ -21,6 +21,7 @@ from rest_framework.views import APIView
 from assistant.services import feedback_submit, web_chat, web_search
 from rag.api import error_response, response_header
 from rag.errors import ServiceError
+from rag.limits import Client
 from rag.parsers import StrictJSONParser
 from rag.services.questions import MAX_CHUNK_ID_CHARS, MAX_EXCLUDE, MAX_QUESTION_CHARS, MAX_TOP_K
 from rag.services.records import MAX_KB_CHARS, QUESTION_REGEX
@@ -105,7 +106,9 @@ QUESTION_ERRORS = {
     503: error_response("`index_building`: the first index of the knowledge base is being built; try again "
                         "after `Retry-After` seconds."),
 }
-RETRY_AFTER = response_header("Retry-After", "Seconds to wait before asking again.", 503, kind=OpenApiTypes.INT)
+RETRY_AFTER = response_header("Retry-After", "Seconds to wait before asking again.", 429, 503, kind=OpenApiTypes.INT)
+RATE_LIMITED = ("`rate_limited`: this client (its address, and its session when it has one) asked more than "
+                "RAG_WEB_LIMITS allows a minute; try again after `Retry-After` seconds.")
 
 
 class SearchApi(APIView):
@@ -116,11 +119,12 @@ class SearchApi(APIView):
     @extend_schema(request=SearchInput, parameters=[RETRY_AFTER],
                    summary="Search the documentation: adopted chunks, plan and timings",
                    responses={200: OpenApiResponse(dict, "The adopted chunks, the plan and the timings."),
-                              400: error_response(BAD_QUESTION + ", `invalid_top_k`."), **QUESTION_ERRORS})
+                              400: error_response(BAD_QUESTION + ", `invalid_top_k`."), **QUESTION_ERRORS,
+                              429: error_response(RATE_LIMITED)})
     def post(self, request):
         data = SearchInput(data=request.data)
         data.is_valid(raise_exception=True)
-        return Response(web_search(**data.validated_data))
+        return Response(web_search(**data.validated_data, client=Client.of_request(request)))
 
 
 class ChatApi(APIView):
@@ -132,12 +136,16 @@ class ChatApi(APIView):
                    summary="Answer a question from the documentation, with checked citations",
                    responses={200: OpenApiResponse(dict, "The answer, its citations, confidence and mode."),
                               400: error_response(BAD_QUESTION + "."), **QUESTION_ERRORS,
-                              429: error_response("`token_pool_exhausted`: today's token pool of the web assistant "
-                                                  "is spent; it refills at midnight.")})
+                              429: error_response(RATE_LIMITED + " `client_token_share_exhausted`: this client's share "
+                                                  "of today's token pool is spent, `token_pool_exhausted`: the whole "
+                                                  "pool is; both refill at local midnight (`Retry-After`)."),
+                              503: error_response("`index_building`: the first index of the knowledge base is being "
+                                                  "built; `limits_unavailable`: the client's token share cannot be "
+                                                  "counted right now. Try again after `Retry-After` seconds.")})
     def post(self, request):
         data = AskInput(data=request.data)
         data.is_valid(raise_exception=True)
-        return Response(web_chat(**data.validated_data))
+        return Response(web_chat(**data.validated_data, client=Client.of_request(request)))
 
 
 class FeedbackInput(serializers.Serializer):

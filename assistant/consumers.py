@@ -7,14 +7,21 @@ import sys
 import threading
 import weakref
 
+from asgiref.sync import sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.db import connections
 
 from assistant.api import AskInput
-from assistant.services import web_chat_stream
+from assistant.services import error_frame, web_chat_stream, web_socket_closed, web_socket_opened
+from rag.errors import ServiceError
+from rag.limits import Client
 from rag.streams import BUSY_RETRY_AFTER, answer_streams
 
 SHUTDOWN_WAIT = 5.0  # seconds a stopping server gives a cancelled answer to record itself
+# The close code of a socket over a per-client limit (4000-4999 are the application's; 429 as in HTTP). The
+# socket is accepted first, so the page reads the error frame (code, retry_after) before the close; a socket
+# refused before accept would reach the browser as a bare handshake failure.
+LIMIT_CLOSE_CODE = 4429
 _open: weakref.WeakSet = weakref.WeakSet()  # this process's chat sockets
 _draining = False
 
@@ -50,6 +57,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     task: asyncio.Task | None = None
     worker = None  # the answer thread's future
     stopping = False
+    counted = False  # this socket counts against its client's open sockets (rag.limits)
 
     async def __call__(self, scope, receive, send):
         _drain_on_shutdown()
@@ -77,7 +85,13 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     async def connect(self):
         self.cancel = threading.Event()
         self.answering = False  # true from a question until its final (or error) frame is sent
+        self.client = Client.of_scope(self.scope)
         await self.accept()
+        try:
+            self.counted = await sync_to_async(web_socket_opened)(self.client)
+        except ServiceError as exc:
+            await self.send_json(error_frame(exc))
+            await self.close(code=LIMIT_CLOSE_CODE)
 
     async def receive_json(self, content, **kwargs):
         data = AskInput(data=content if isinstance(content, dict) else {})
@@ -105,7 +119,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
 
         def produce():
             try:
-                for event in web_chat_stream(**ask, cancelled=cancelled):
+                for event in web_chat_stream(**ask, client=self.client, cancelled=cancelled):
                     loop.call_soon_threadsafe(queue.put_nowait, event)
             except Exception:  # noqa: BLE001 - the page gets an error frame, the worker thread survives
                 loop.call_soon_threadsafe(queue.put_nowait, {"type": "error", "code": "service_error",
@@ -141,3 +155,6 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
 
     async def disconnect(self, code):
         self.cancel.set()
+        if self.counted:
+            self.counted = False
+            await sync_to_async(web_socket_closed)(self.client)

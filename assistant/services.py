@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from dataclasses import replace
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -11,6 +12,7 @@ from django.utils import timezone
 
 from assistant.models import Feedback, TokenPool
 from rag.errors import ServiceError
+from rag.limits import Client, countable, rate_limit, socket_closed, socket_open, token_share_reserve
 from rag.models import Channel, RequestRecord
 from rag.services.questions import (
     AnswerOutcome,
@@ -50,20 +52,29 @@ class _Settlement:
 
 
 class WebTokenPool:
-    """The web channel's daily token pool as the question service's `TokenMeter`."""
+    """The web channel's daily token pool as the question service's `TokenMeter`; with a `client`, also that
+    client's share of it (RAG_WEB_LIMITS' TOKEN_SHARE), reserved first and settled the same way."""
+
+    def __init__(self, client: Client | None = None):
+        self.client = client
 
     @contextlib.contextmanager
     def reserve(self):
         """Reserve an answer's expected tokens before the model is called, then settle the real usage.
 
         The reservation is one conditional UPDATE, so concurrent answers can never overspend by more than
-        the estimates of the answers in flight; a spent pool refuses with `token_pool_exhausted` (429).
+        the estimates of the answers in flight; a spent pool refuses with `token_pool_exhausted` (429), a
+        client's spent share with `client_token_share_exhausted` (429, Retry-After to local midnight).
         """
         pool = token_pool_today()
         estimate = settings.RAG_WEB_TOKEN_ESTIMATE
+        share = (token_share_reserve(self.client, estimate, pool_limit=pool.limit, day=pool.day)
+                 if self.client is not None else None)
         reserved = TokenPool.objects.filter(pk=pool.pk, spent__lte=F("limit") - estimate).update(
             spent=F("spent") + estimate)
         if not reserved:
+            if share is not None:
+                share.settle(0)
             raise ServiceError("token_pool_exhausted",
                                "Today's question budget for the web assistant is used up; it refills at midnight.",
                                status=429)
@@ -72,29 +83,40 @@ class WebTokenPool:
             yield settlement
         finally:
             TokenPool.objects.filter(pk=pool.pk).update(spent=F("spent") + (settlement.actual - estimate))
+            if share is not None:
+                share.settle(settlement.actual)
 
 
-def _request(*, question, kb, top_k=None, exclude=()) -> QuestionRequest:
+def _request(*, question, kb, top_k=None, exclude=(), client: Client | None = None) -> QuestionRequest:
     return QuestionRequest(question=question, kb=kb, top_k=top_k, exclude=exclude, channel=Channel.WEB,
-                           meter=WebTokenPool())
+                           meter=WebTokenPool(client))
 
 
-def web_search(*, question, kb: str | None = None, top_k: int | None = None, exclude=()) -> dict:
-    """Search the docs for the web page or /api/search."""
+def web_search(*, question, kb: str | None = None, top_k: int | None = None, exclude=(),
+               client: Client | None = None) -> dict:
+    """Search the docs for the web page or /api/search (within `client`'s rate limit when given)."""
+    if client is not None:
+        rate_limit("search", client)
     outcome = question_search(_request(question=question, kb=kb, top_k=top_k, exclude=exclude))
     return {"request_id": outcome.request_id, **search_as_dict(outcome, top_k=top_k)}
 
 
-def web_chat(*, question, kb: str | None = None, exclude=()) -> dict:
+def web_chat(*, question, kb: str | None = None, exclude=(), client: Client | None = None) -> dict:
     """Answer a question for /api/chat: `{answer, citations, confidence, degraded, mode, request_id, usage, …}`."""
-    return chat_as_dict(question_answer(_request(question=question, kb=kb, exclude=exclude)))
+    if client is not None:
+        rate_limit("chat", client)
+    return chat_as_dict(_answer(_request(question=question, kb=kb, exclude=exclude, client=client)))
 
 
-def web_chat_stream(*, question, kb: str | None = None, exclude=(), cancelled=lambda: False):
-    """Yield the chat page's events as dicts: plan, retrieval, token…, final (the /api/chat object), error."""
+def web_chat_stream(*, question, kb: str | None = None, exclude=(), client: Client | None = None,
+                    cancelled=lambda: False):
+    """Yield the chat page's events as dicts: plan, retrieval, token…, final (the /api/chat object), error.
+    With a `client`, the question counts against its WebSocket message limit first."""
     try:
-        for event in question_answer(_request(question=question, kb=kb, exclude=exclude), stream=True,
-                                     cancelled=cancelled):
+        if client is not None:
+            rate_limit("ws_message", client)
+        for event in _answer(_request(question=question, kb=kb, exclude=exclude, client=client), stream=True,
+                             cancelled=cancelled):
             if isinstance(event, RetrievalEvent):
                 search = event.search
                 yield {"type": "plan", "request_id": search.request_id, "kb": search.kb, "version": search.version,
@@ -107,6 +129,29 @@ def web_chat_stream(*, question, kb: str | None = None, exclude=(), cancelled=la
                 yield {"type": "final", **chat_as_dict(event.outcome)}
     except ServiceError as exc:
         yield error_frame(exc)
+
+
+LIMITS_UNAVAILABLE = "limits_unavailable"
+
+
+def _answer(request: QuestionRequest, *, stream: bool = False, cancelled=lambda: False):
+    """`question_answer`; but while per-client limits cannot be counted (the cache is down), anonymous
+    generation fails closed: the answer is extractive, degraded with `limits_unavailable`, and no model is asked."""
+    if not countable():
+        request = replace(request, no_model=LIMITS_UNAVAILABLE)
+    return question_answer(request, stream=stream, cancelled=cancelled)
+
+
+def web_socket_opened(client: Client) -> bool:
+    """Admit a chat socket of `client` within its connects a minute and open sockets (429 `rate_limited`,
+    `too_many_sockets`); True when it was counted, and `web_socket_closed` must give it back."""
+    rate_limit("ws_connect", client)
+    return socket_open(client)
+
+
+def web_socket_closed(client: Client) -> None:
+    """A chat socket that `web_socket_opened` counted has closed."""
+    socket_closed(client)
 
 
 def error_frame(exc: ServiceError) -> dict:

@@ -4,6 +4,7 @@ from django.shortcuts import render
 from django.views.decorators.csrf import ensure_csrf_cookie
 
 from rag.errors import ServiceError
+from rag.limits import Client, rate_limit
 from rag.models import Channel, KnowledgeBase
 from rag.services.questions import QuestionRequest, question_search
 from rag.services.serving import readiness
@@ -19,13 +20,19 @@ def home(request):
     default = settings.RAG_DEFAULT_KB if settings.RAG_DEFAULT_KB in slugs else (slugs[0] if slugs else "")
     kb = request.GET.get("kb") or default
     context = {"knowledge_bases": knowledge_bases, "question": question, "kb": kb}
+    refused = None
     if question:
         try:
+            rate_limit("search", Client.of_request(request))  # shares /api/search's count
             outcome = question_search(QuestionRequest(question=question, kb=kb, channel=Channel.WEB))
             context["result"] = search_as_dict(outcome, top_k=None)
         except ServiceError as exc:
             context["error"] = exc
-    return render(request, "home.html", context)
+            refused = exc if exc.status == 429 else None
+    response = render(request, "home.html", context, status=refused.status if refused else 200)
+    for name, value in (refused.headers if refused else {}).items():
+        response[name] = value
+    return response
 
 
 def readyz(request):

@@ -300,6 +300,17 @@ RAG_CLIENTS = {
     "ADDRESS_HEADER": env_str("RAG_CLIENT_ADDRESS_HEADER", default=""),
     "TRUSTED_PROXIES": env_int("RAG_TRUSTED_PROXIES", default=1, minimum=1),
 }
+# Per-client limits of the web assistant (rag/limits.py): a client is its address and, with a session cookie,
+# that session too; over a limit is 429 with Retry-After. Counted in the cache; while Redis is down nothing can be
+# counted, so web answers are extractive (no model tokens). TOKEN_SHARE: of RAG_WEB_TOKEN_POOL, per client a day.
+RAG_WEB_LIMITS = {
+    "SEARCH_PER_MINUTE": env_int("RAG_WEB_SEARCH_PER_MINUTE", default=60, minimum=1),  # /api/search and /search
+    "CHAT_PER_MINUTE": env_int("RAG_WEB_CHAT_PER_MINUTE", default=20, minimum=1),  # /api/chat
+    "WS_CONNECTS_PER_MINUTE": env_int("RAG_WEB_WS_CONNECTS_PER_MINUTE", default=30, minimum=1),  # /ws/chat
+    "WS_MESSAGES_PER_MINUTE": env_int("RAG_WEB_WS_MESSAGES_PER_MINUTE", default=20, minimum=1),  # questions
+    "SOCKETS_PER_CLIENT": env_int("RAG_WEB_SOCKETS_PER_CLIENT", default=8, minimum=1),  # open at once
+    "TOKEN_SHARE": env_float("RAG_WEB_TOKEN_SHARE", default=0.1, minimum=0),  # 0.1 of 200k: 20k ≈ 6 answers
+}
 # Sign-in throttling on /ops/login/ and /admin/login/ (ragsite/security.py): failed attempts per address and
 # user name within the window, then 429 until it ends; an address may fail FAILURE_LIMIT x 4 times for all names.
 RAG_LOGIN_THROTTLE = {

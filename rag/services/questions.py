@@ -95,6 +95,9 @@ class QuestionRequest:
     meter: TokenMeter | None = None
     capacity: CapacityGate | None = None
     record: bool = True  # False only for batch use that asks not to be recorded (`rag search - --no-record`)
+    # A reason not to ask the model for this answer (a face whose per-client limits cannot be counted): the answer
+    # is extractive, degraded with this reason, and spends nothing. "": ask the model as configured.
+    no_model: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,9 +254,16 @@ def _answer_events(request: QuestionRequest, cancelled: Callable[[], bool]) -> I
 
 
 def _answer_without_model(request: QuestionRequest, result: SearchResult) -> Answer | None:
-    """The answers no model is asked for (E7): chitchat, out-of-catalog, and no usable evidence."""
-    return answer_without_model(result.plan, list(result.hits), excluded_all=bool(request.exclude) and not result.hits,
-                                weak_evidence=result.weak_evidence)
+    """The answers no model is asked for (E7): chitchat, out-of-catalog, and no usable evidence; and, when the
+    face says so (`no_model`), the extractive answer degraded with its reason."""
+    answer = answer_without_model(result.plan, list(result.hits),
+                                  excluded_all=bool(request.exclude) and not result.hits,
+                                  weak_evidence=result.weak_evidence)
+    generator = get_engine().generator
+    if answer is None and request.no_model and generator.uses_model:
+        answer = generator.unavailable(result.plan.corrected_question, result.plan, list(result.hits),
+                                       reason=request.no_model)
+    return answer
 
 
 def question_refused(request: QuestionRequest, *, kind: str, error: ServiceError) -> None:
