@@ -80,6 +80,11 @@ class ApiKeyAdmin(admin.ModelAdmin):
 
     def save_model(self, request, obj, form, change):
         if change:
+            from apikeys.services import api_key_limits
+
+            # An emptied limit is the default again, as on a new key; 0 stays unlimited.
+            obj.daily_quota, obj.rate_limit_per_minute = api_key_limits(
+                daily_quota=obj.daily_quota, rate_limit_per_minute=obj.rate_limit_per_minute)
             super().save_model(request, obj, form, change)
             return
         from apikeys.services import api_key_issue

@@ -12,6 +12,7 @@ from rest_framework.views import APIView
 
 from apikeys.services import api_key_authenticate, api_key_usage_summary
 from rag.api import error_response, response_header
+from rag.clients import request_address
 from rag.errors import ServiceError
 
 MISSING_KEY = "This server needs an API key: send `Authorization: Bearer <key>` (keys are issued in the admin)."
@@ -76,12 +77,12 @@ class UsageApi(APIView):
                    400: error_response("`invalid_days`: `days` is not an integer from 1 to 90."),
                    401: error_response("`missing_api_key` (no Authorization header) or `invalid_api_key` (an "
                                        "unknown, revoked or expired key, or not `Bearer <key>`)."),
-                   429: error_response("`too_many_failed_attempts`: too many unknown keys from this address; "
-                                       "try again later.")})
+                   429: error_response("`too_many_failed_attempts`: too many failed attempts from this "
+                                       "address with this key prefix, or with any; try again later.")})
     def get(self, request):
         raw = bearer_of(request.headers.get("Authorization", ""))
         try:
-            key = api_key_authenticate(raw=raw, address=request.META.get("REMOTE_ADDR", ""))
+            key = api_key_authenticate(raw=raw, address=request_address(request))
         except ServiceError as exc:
             raise key_refusal(exc) from None
         raw_days = request.query_params.get("days", "30")

@@ -14,8 +14,11 @@ class ApiKey(models.Model):
     last_used_at = models.DateTimeField(null=True, blank=True)
     expires_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
-    daily_quota = models.PositiveIntegerField(null=True, blank=True, help_text="Calls per day; empty: unlimited")
-    rate_limit_per_minute = models.PositiveIntegerField(null=True, blank=True, help_text="Empty: unlimited")
+    # Empty in a form: the deployment's default (RAG_MCP_DEFAULT_*), filled in when the key is saved; 0: unlimited.
+    daily_quota = models.PositiveIntegerField(null=True, blank=True,
+                                              help_text="Calls per day; 0: unlimited; empty: the default")
+    rate_limit_per_minute = models.PositiveIntegerField(null=True, blank=True,
+                                                        help_text="Calls per minute; 0: unlimited; empty: the default")
     app = models.ForeignKey("rag.RetrievalApp", null=True, blank=True, on_delete=models.SET_NULL, related_name="api_keys",
                             help_text="The retrieval app this key may call the open retrieval API for; empty: none")
 

@@ -6,10 +6,12 @@ from __future__ import annotations
 import datetime
 import hashlib
 import hmac
+import re
 import secrets
 import string
 import time
 
+from django.conf import settings
 from django.core.cache import cache
 from django.db import transaction
 from django.db.models import F, Sum
@@ -19,7 +21,9 @@ from apikeys.models import ApiKey, ApiKeyUsage
 from rag.errors import ServiceError
 
 PREFIX_ALPHABET = string.ascii_lowercase + string.digits
-FAILED_ATTEMPTS_LIMIT = 10  # per client address and window, then refused without looking
+FAILED_ATTEMPTS_LIMIT = 10  # per client address and key prefix within the window, then refused without looking
+FAILED_ATTEMPTS_ADDRESS_LIMIT = 4 * FAILED_ATTEMPTS_LIMIT  # per address for all prefixes, as sign-in throttling
+PREFIX_RE = re.compile(r"rk[a-z0-9]{10}")  # what _new_key makes
 FAILED_ATTEMPTS_WINDOW = 300  # seconds
 LAST_USED_PRECISION = 60  # seconds: last_used_at is written at most once a minute per key
 
@@ -33,12 +37,24 @@ def _new_key() -> tuple[str, str]:
     return prefix, f"{prefix}_{secrets.token_urlsafe(32)}"  # 256 bits of secret
 
 
+def api_key_limits(*, daily_quota: int | None = None, rate_limit_per_minute: int | None = None) -> tuple[int, int]:
+    """The limits a key gets: the given ones, else the deployment's defaults; 0 means unlimited."""
+    limits = (settings.RAG_MCP_DEFAULT_DAILY_QUOTA if daily_quota is None else daily_quota,
+              settings.RAG_MCP_DEFAULT_RATE_LIMIT if rate_limit_per_minute is None else rate_limit_per_minute)
+    if not all(type(limit) is int and limit >= 0 for limit in limits):
+        raise ServiceError("invalid_api_key_limit", "A key's daily quota and rate limit are whole numbers; 0 is "
+                           "unlimited.")
+    return limits
+
+
 def api_key_issue(*, owner, name: str, expires_at=None, daily_quota=None, rate_limit_per_minute=None,
                   app=None) -> tuple[ApiKey, str]:
     """Create a key (bound to a retrieval app, or to none); return the row and the whole key, which is shown this
-    once and never again."""
+    once and never again. A limit not given is the deployment's default (RAG_MCP_DEFAULT_*); 0 is unlimited."""
     if not name or not name.strip():
         raise ServiceError("invalid_api_key_name", "Give the key a name.")
+    daily_quota, rate_limit_per_minute = api_key_limits(daily_quota=daily_quota,
+                                                        rate_limit_per_minute=rate_limit_per_minute)
     while True:
         prefix, key = _new_key()
         if not ApiKey.objects.filter(prefix=prefix).exists():
@@ -60,21 +76,40 @@ def api_key_revoke(*, key: ApiKey) -> ApiKey:
 def api_key_rotate(*, key: ApiKey) -> tuple[ApiKey, str]:
     """Revoke a key and issue its replacement with the same owner, name and limits."""
     api_key_revoke(key=key)
-    return api_key_issue(owner=key.owner, name=key.name, expires_at=key.expires_at, daily_quota=key.daily_quota,
-                         rate_limit_per_minute=key.rate_limit_per_minute, app=key.app)
+    # A key stored without limits (NULL, before defaults existed) was unlimited, and so is its replacement.
+    return api_key_issue(owner=key.owner, name=key.name, expires_at=key.expires_at, daily_quota=key.daily_quota or 0,
+                         rate_limit_per_minute=key.rate_limit_per_minute or 0, app=key.app)
 
 
-def _failures_key(address: str) -> str:
-    return f"apikeys:failures:{address}"
+def _failures_keys(address: str, raw: str | None) -> tuple[str, str]:
+    """The failure counters of an address, and of the address and the key prefix a Bearer value names.
+
+    A value not shaped like a key has no prefix: all such values from one address share one counter, so
+    garbage cannot open new counters, and the address-wide one bounds a spray of well-formed prefixes.
+    """
+    prefix = (raw or "").partition("_")[0]
+    prefix = prefix if PREFIX_RE.fullmatch(prefix) else "-"
+    return f"apikeys:failures:address:{address}", f"apikeys:failures:key:{prefix}:{address}"
+
+
+def _count_failure(name: str) -> None:
+    cache.add(name, 0, FAILED_ATTEMPTS_WINDOW)
+    try:
+        cache.incr(name)
+    except ValueError:  # expired between add and incr
+        cache.set(name, 1, FAILED_ATTEMPTS_WINDOW)
 
 
 def api_key_authenticate(*, raw: str | None, address: str = "") -> ApiKey:
     """Return the active key for an `Authorization: Bearer` value, or raise `invalid_api_key` (401).
 
-    Repeated failures from one address are refused for a while (`too_many_failed_attempts`, 429)
-    before any lookup, so keys cannot be guessed at speed.
+    `address` is the client's (rag.clients). Repeated failures from one address with one key prefix, or
+    FAILED_ATTEMPTS_ADDRESS_LIMIT with any, are refused for a while (`too_many_failed_attempts`, 429) before
+    any lookup, so keys cannot be guessed at speed, while another key from the same address still works.
     """
-    if address and (cache.get(_failures_key(address)) or 0) >= FAILED_ATTEMPTS_LIMIT:
+    by_address, by_prefix = _failures_keys(address, raw)
+    if address and ((cache.get(by_prefix) or 0) >= FAILED_ATTEMPTS_LIMIT
+                    or (cache.get(by_address) or 0) >= FAILED_ATTEMPTS_ADDRESS_LIMIT):
         raise ServiceError("too_many_failed_attempts", "Too many failed attempts; try again later.", status=429)
     record = None
     if raw and "_" in raw:
@@ -85,11 +120,8 @@ def api_key_authenticate(*, raw: str | None, address: str = "") -> ApiKey:
             record = candidate
     if record is None or record.state != "active":
         if address:
-            cache.add(_failures_key(address), 0, FAILED_ATTEMPTS_WINDOW)
-            try:
-                cache.incr(_failures_key(address))
-            except ValueError:
-                cache.set(_failures_key(address), 1, FAILED_ATTEMPTS_WINDOW)
+            _count_failure(by_address)
+            _count_failure(by_prefix)
         reason = "This API key was revoked." if record and record.revoked_at else (
             "This API key has expired." if record else "Missing or unknown API key.")
         raise ServiceError("invalid_api_key", reason + " Send `Authorization: Bearer <key>`.", status=401)
@@ -176,8 +208,8 @@ def api_key_usage_summary(*, key: ApiKey, days: int = 30) -> dict:
         "state": key.state,
         "created_at": key.created_at.isoformat(),
         "expires_at": key.expires_at.isoformat() if key.expires_at else None,
-        "daily_quota": key.daily_quota,
-        "rate_limit_per_minute": key.rate_limit_per_minute,
+        "daily_quota": key.daily_quota or None,  # null: unlimited (stored as 0)
+        "rate_limit_per_minute": key.rate_limit_per_minute or None,
         "today": {"day": today.isoformat(), "calls": calls_today,
                   "remaining": max(0, key.daily_quota - calls_today) if key.daily_quota else None},
         "usage": [{"day": r.day.isoformat(), "tool": r.tool, "calls": r.calls, "failures": r.failures,

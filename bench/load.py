@@ -121,7 +121,7 @@ from rag.services.retrieval import retrieval_app_create
 user, _ = get_user_model().objects.get_or_create(username="bench-load")
 app = retrieval_app_create(name="make bench-load", kb_slugs=["docs"])
 print(app.pk)
-print(api_key_issue(owner=user, name="make bench-load", app=app)[1])
+print(api_key_issue(owner=user, name="make bench-load", app=app, daily_quota=0, rate_limit_per_minute=0)[1])  # unlimited
 """
 
 
@@ -164,7 +164,10 @@ def main() -> int:
     parser.add_argument("--only", choices=("search",), help="search: only /api/search and MCP search")
     args = parser.parse_args()
     levels = [int(n) for n in args.clients.split(",")]
-    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
+    # Every client here is one loopback address: lift the per-client web limits of the server started here (a
+    # server given by --url must be started with the same, e.g. `RAG_WEB_SEARCH_PER_MINUTE=1000000 make prod`).
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", **{name: os.environ.get(name, "1000000") for name in (
+        "RAG_WEB_SEARCH_PER_MINUTE", "RAG_WEB_CHAT_PER_MINUTE")}}
     manage = [sys.executable, "manage.py"]
     if not args.url:
         subprocess.run(manage + ["migrate", "--noinput", "-v0"], cwd=ROOT, env=env, check=True)

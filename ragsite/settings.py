@@ -256,6 +256,10 @@ RAG_MCP_ALLOWED_ORIGINS = env_list(
     "RAG_MCP_ALLOWED_ORIGINS", default=["http://localhost:*", "http://127.0.0.1:*", "http://[::1]:*"])
 RAG_MCP_STATELESS = env_bool("RAG_MCP_STATELESS", default=False)  # true: no sessions (non-sticky load balancing)
 RAG_MCP_SESSION_IDLE_TIMEOUT = env_int("RAG_MCP_SESSION_IDLE_TIMEOUT", default=1800, minimum=1)  # seconds
+# The limits an API key gets when it is issued without its own (admin, `manage.py apikey create`): calls per
+# local day and per minute. 0: unlimited; a key set to 0 itself is unlimited whatever the default.
+RAG_MCP_DEFAULT_DAILY_QUOTA = env_int("RAG_MCP_DEFAULT_DAILY_QUOTA", default=1000, minimum=0)
+RAG_MCP_DEFAULT_RATE_LIMIT = env_int("RAG_MCP_DEFAULT_RATE_LIMIT", default=60, minimum=0)
 
 # Evaluation (evaluation/): the judge model (any OpenAI-compatible endpoint; empty base URL: no judge, and
 # judge metrics are reported as not scored), release gates and the eval center's groups.

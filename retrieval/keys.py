@@ -12,6 +12,7 @@ from apikeys.api import bearer_of
 from apikeys.models import ApiKey
 from apikeys.services import api_key_admit_call, api_key_authenticate, api_key_usage_settle
 from rag.errors import ServiceError
+from rag.clients import request_address
 from rag.models import Channel, RequestRecord
 from rag.services.questions import Caller, QuestionRequest, question_refused
 from rag.services.retrieval import RetrievalOutcome
@@ -21,7 +22,7 @@ def key_of(request) -> ApiKey:
     """The caller's active key, or a ServiceError: `missing_api_key` / `invalid_api_key` (401),
     `too_many_failed_attempts` (429)."""
     raw = bearer_of(request.headers.get("Authorization", ""))
-    return api_key_authenticate(raw=raw, address=request.META.get("REMOTE_ADDR", ""))
+    return api_key_authenticate(raw=raw, address=request_address(request))
 
 
 def caller_of(key: ApiKey, channel: Channel, arguments: dict) -> Caller:

@@ -22,6 +22,7 @@ import logging
 import re
 from dataclasses import dataclass, field
 
+import pydantic_core
 from channels.db import database_sync_to_async
 from django.conf import settings
 from django.http.request import split_domain_port, validate_host
@@ -35,6 +36,7 @@ from apikeys.mcp.service import Caller, mcp_refusal_record, tool_names
 from apikeys.models import ApiKey
 from apikeys.services import api_key_admit_call, api_key_authenticate
 from rag import live
+from rag.clients import scope_address
 from rag.errors import ServiceError
 
 logger = logging.getLogger(__name__)
@@ -85,11 +87,15 @@ async def _send_refusal(send, refusal: ServiceError, request_id=None) -> None:
 
 
 def _tool_calls(body: bytes, names: tuple[str, ...]) -> list[dict]:
-    """The JSON-RPC `tools/call` requests for our tools in a POST body (one message or a batch)."""
+    """The JSON-RPC `tools/call` requests for our tools in a POST body (one message or a batch).
+
+    Parsed with the SDK's own parser, so the gate counts exactly the calls the SDK will run; what it cannot
+    parse (malformed, or nested deeper than its recursion limit) the SDK answers itself: 400, a parse error.
+    """
     try:
-        payload = json.loads(body)
+        payload = pydantic_core.from_json(body)
     except ValueError:
-        return []  # the SDK answers malformed JSON itself
+        return []
     messages = payload if isinstance(payload, list) else [payload]
     return [m for m in messages if isinstance(m, dict) and m.get("method") == "tools/call"
             and isinstance(m.get("params"), dict) and m["params"].get("name") in names]
@@ -176,7 +182,7 @@ class McpHttpApp:
             await _send_refusal(send, refusal)
             return
         body, receive = await self._buffer_body(scope, receive)
-        admit = functools.partial(_admit, headers=headers, address=(scope.get("client") or ("", 0))[0] or "",
+        admit = functools.partial(_admit, headers=headers, address=scope_address(scope),
                                   method=scope.get("method"), body=body)
         if headers.get("authorization") or settings.RAG_MCP_REQUIRE_KEY:
             # One thread hop for the key and its limits: each hop costs a database connection under
@@ -273,8 +279,9 @@ def _authenticate(headers: dict, address: str) -> tuple[Caller, ApiKey | None]:
         return Caller(transport="http"), None
     # The 401's challenge names the error and offers no OAuth, and the OAuth discovery paths are 404s
     # (apikeys.api), so clients that try OAuth on a 401 stop and show this message instead.
+    raw = bearer_of(authorization)  # a missing or malformed header: 401 with its own challenge (invalid_request)
     try:
-        key = api_key_authenticate(raw=bearer_of(authorization), address=address)
+        key = api_key_authenticate(raw=raw, address=address)
     except ServiceError as exc:
         raise key_refusal(exc) from None
     return Caller(key_id=key.pk, key_prefix=key.prefix, transport="http"), key

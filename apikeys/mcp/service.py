@@ -39,12 +39,30 @@ def _settled_on_failure(caller: Caller, tool: str):
         raise
 
 
+def _holds_nul(value) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    return isinstance(value, list | tuple) and any(_holds_nul(item) for item in value)
+
+
+def _refuse_nul(request: QuestionRequest, kind: str) -> None:
+    """Refuse (and record) a call with a NUL in an argument, with that argument's code: no slug or chunk id holds
+    one, and PostgreSQL stores none in text or JSON, so the question service must not look one up."""
+    for name, value in request.caller.arguments.items():
+        if _holds_nul(value):
+            error = ServiceError(f"invalid_{name}", f"{name} must not contain NUL characters.")
+            question_refused(request, kind=kind, error=error)
+            raise error
+
+
 def mcp_search(*, caller: Caller, question, top_k=None, kb=None) -> dict:
     """Search the documentation for one tool call; return the result as a plain dict (see `SearchOutput`)."""
     tool = tool_names()[0]
     arguments = {"question": question, "top_k": top_k, "kb": kb or settings.RAG_DEFAULT_KB}
     with _settled_on_failure(caller, tool):
-        outcome = question_search(_request(caller, tool, arguments, question=question, top_k=top_k, kb=kb))
+        request = _request(caller, tool, arguments, question=question, top_k=top_k, kb=kb)
+        _refuse_nul(request, RequestRecord.Kind.SEARCH)
+        outcome = question_search(request)
     if caller.key_id is not None:
         api_key_usage_settle(key_id=caller.key_id, tool=tool)
     return {
@@ -62,7 +80,9 @@ def mcp_ask(*, caller: Caller, question, exclude=None, kb=None) -> dict:
     exclude = [] if exclude is None else exclude
     arguments = {"question": question, "exclude": exclude, "kb": kb or settings.RAG_DEFAULT_KB}
     with _settled_on_failure(caller, tool):
-        outcome = question_answer(_request(caller, tool, arguments, question=question, exclude=exclude, kb=kb))
+        request = _request(caller, tool, arguments, question=question, exclude=exclude, kb=kb)
+        _refuse_nul(request, RequestRecord.Kind.CHAT)
+        outcome = question_answer(request)
     answer = outcome.answer
     if caller.key_id is not None:
         api_key_usage_settle(key_id=caller.key_id, tool=tool, prompt_tokens=answer.usage.prompt_tokens,

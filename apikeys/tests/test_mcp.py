@@ -4,6 +4,7 @@ results with provenance, the web's evidence for the same question, tool errors, 
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
@@ -192,3 +193,53 @@ async def test_under_a_server_that_sends_lifespan_events_the_session_manager_run
 
     assert outbox == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
     assert started and app.manager._task_group is None
+
+
+def _holds_nul(record: RequestRecord) -> bool:
+    """Whether any field of a stored record, text or JSON, holds a NUL (JSON escapes one as \\u0000)."""
+    values = {field.attname: getattr(record, field.attname) for field in record._meta.concrete_fields}
+    return "\\u0000" in json.dumps(values, default=str)
+
+
+@pytest.mark.asyncio
+async def test_a_nul_character_in_an_mcp_argument_is_refused_with_a_stable_code_and_never_stored(kb):
+    async with Client(build_server(transport="stdio")) as client:
+        results = [
+            await client.call_tool("search_sdk_docs", {"question": "fov\x00"}),
+            await client.call_tool("search_sdk_docs", {"question": "fov", "kb": "sdk\x00"}),
+            await client.call_tool("ask_sdk_docs", {"question": "fov", "exclude": ["a\x00b"]}),
+            await client.call_tool("ask_sdk_docs", {"question": "fov", "kb": "\x00"}),
+        ]
+
+    codes = [r.content[0].text.split(": ")[1] if r.is_error else "" for r in results]
+    assert codes == ["invalid_question", "invalid_kb", "invalid_exclude", "invalid_kb"]
+    recorded = [r async for r in RequestRecord.objects.filter(channel="mcp").order_by("created_at")]
+    assert [r.error_code for r in recorded] == codes
+    assert not any(_holds_nul(r) for r in recorded)
+    assert recorded[2].arguments["exclude"] == ["a\ufffdb"]  # recorded as asked, the NUL made visible
+
+
+@pytest.mark.asyncio
+async def test_unknown_mcp_arguments_are_ignored_and_not_recorded(kb):
+    async with Client(build_server(transport="stdio")) as client:
+        search = await client.call_tool("search_sdk_docs", {"question": QUESTION, "top_k": 2, "page": 3})
+        ask = await client.call_tool("ask_sdk_docs", {"question": QUESTION, "temperature": 0.9, "kb": "sdk"})
+
+    assert not search.is_error and not ask.is_error
+    assert len(search.structured_content["results"]) == 2
+    records = [r async for r in RequestRecord.objects.filter(channel="mcp").order_by("created_at")]
+    assert [r.arguments for r in records] == [{"question": QUESTION, "top_k": 2, "kb": "sdk"},
+                                              {"question": QUESTION, "exclude": [], "kb": "sdk"}]
+
+
+def test_a_nul_character_in_the_arguments_of_a_call_the_gate_refused_is_never_stored(db, owner):
+    from apikeys.mcp.service import Caller, mcp_refusal_record
+    from rag.errors import ServiceError
+
+    mcp_refusal_record(caller=Caller(key_prefix="rkabc", transport="http"), tool="ask_sdk_docs",
+                       arguments={"question": "fov\x00", "kb": "sdk\x00", "exclude": ["a\x00"], "x\x00": {"y": "\x00"}},
+                       error=ServiceError("rate_limited", "Slow down.", status=429))
+
+    record = RequestRecord.objects.get(error_code="rate_limited")
+    assert not _holds_nul(record)
+    assert (record.question, record.kb, record.arguments["exclude"]) == ("fov\ufffd", "sdk\ufffd", ["a\ufffd"])

@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
+import io
 import re
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.core.management import call_command
 from django.utils import timezone
 
+from apikeys import services
 from apikeys.models import ApiKey
 from apikeys.services import (
     FAILED_ATTEMPTS_LIMIT,
     LAST_USED_PRECISION,
+    api_key_admit_call,
     api_key_authenticate,
     api_key_issue,
     api_key_revoke,
     api_key_rotate,
+    api_key_usage_summary,
 )
 from conftest import local_moment
 from rag.errors import ServiceError
@@ -103,11 +108,12 @@ def test_rotation_revokes_the_old_key_and_issues_a_new_one_with_the_same_limits(
         api_key_authenticate(raw=old)
 
 
-def test_repeated_failures_from_one_address_are_refused_before_lookup(owner, django_assert_num_queries):
+def test_repeated_failures_on_one_key_prefix_from_one_address_are_refused_before_lookup(owner,
+                                                                                        django_assert_num_queries):
     record, key = api_key_issue(owner=owner, name="cursor")
     for _ in range(FAILED_ATTEMPTS_LIMIT):
         with pytest.raises(ServiceError):
-            api_key_authenticate(raw="rkwrong_guess", address="10.0.0.9")
+            api_key_authenticate(raw=f"{record.prefix}_guess", address="10.0.0.9")
 
     with django_assert_num_queries(0), pytest.raises(ServiceError) as raised:
         api_key_authenticate(raw=key, address="10.0.0.9")
@@ -127,3 +133,91 @@ def test_admin_shows_the_whole_key_once_and_lists_only_the_prefix(client, owner)
     key = re.search(rf"{record.prefix}_[A-Za-z0-9_-]+", response.content.decode()).group(0)
     assert api_key_authenticate(raw=key) == record
     assert record.prefix in listing and key not in listing
+
+
+def _created_by_command(*args) -> ApiKey:
+    out = io.StringIO()
+    call_command("apikey", "create", "--owner", "dev", *args, stdout=out, stderr=io.StringIO())
+    return ApiKey.objects.get(prefix=out.getvalue().strip().split("_", 1)[0])
+
+
+def _created_in_the_admin(client, owner, **limits) -> ApiKey:
+    client.force_login(get_user_model().objects.create_superuser(f"admin{ApiKey.objects.count()}", password="pw"))
+    client.post("/admin/apikeys/apikey/add/", {"name": f"admin key {ApiKey.objects.count()}", "owner": owner.pk,
+                                               **limits})
+    return ApiKey.objects.latest("pk")
+
+
+def test_new_keys_get_the_default_quota_and_rate_limit_from_settings(owner, settings, client):
+    settings.RAG_MCP_DEFAULT_DAILY_QUOTA, settings.RAG_MCP_DEFAULT_RATE_LIMIT = 500, 20
+
+    issued, _ = api_key_issue(owner=owner, name="cursor")
+    created = _created_by_command("--name", "cli")
+    added = _created_in_the_admin(client, owner)
+
+    for key in (issued, created, added):
+        assert (key.daily_quota, key.rate_limit_per_minute) == (500, 20)
+
+
+def test_explicit_limits_win_over_the_defaults_and_zero_means_unlimited(owner, settings, client):
+    settings.RAG_MCP_DEFAULT_DAILY_QUOTA, settings.RAG_MCP_DEFAULT_RATE_LIMIT = 500, 20
+
+    issued, _ = api_key_issue(owner=owner, name="cursor", daily_quota=0, rate_limit_per_minute=5)
+    created = _created_by_command("--name", "cli", "--daily-quota", "7", "--rate-limit", "0")
+    added = _created_in_the_admin(client, owner, daily_quota="0", rate_limit_per_minute="0")
+
+    assert (issued.daily_quota, issued.rate_limit_per_minute) == (0, 5)
+    assert (created.daily_quota, created.rate_limit_per_minute) == (7, 0)
+    assert (added.daily_quota, added.rate_limit_per_minute) == (0, 0)
+    assert api_key_admit_call(key=added, tool="ask_sdk_docs") == {}  # unlimited: no RateLimit-* headers
+    assert api_key_usage_summary(key=issued)["daily_quota"] is None  # the usage API says unlimited as before
+
+
+def test_with_no_default_set_new_keys_stay_unlimited_and_a_rotation_keeps_an_unlimited_key_unlimited(owner, settings):
+    legacy = ApiKey.objects.create(prefix="rklegacy0000", secret_hash="x", name="before defaults", owner=owner)
+    settings.RAG_MCP_DEFAULT_DAILY_QUOTA, settings.RAG_MCP_DEFAULT_RATE_LIMIT = 500, 20
+
+    rotated, _ = api_key_rotate(key=legacy)
+    settings.RAG_MCP_DEFAULT_DAILY_QUOTA, settings.RAG_MCP_DEFAULT_RATE_LIMIT = 0, 0
+    issued, _ = api_key_issue(owner=owner, name="cursor")
+
+    assert (rotated.daily_quota, rotated.rate_limit_per_minute) == (0, 0)
+    assert (issued.daily_quota, issued.rate_limit_per_minute) == (0, 0)
+
+
+def test_failed_attempts_are_counted_per_address_and_key_prefix_with_an_address_wide_ceiling(owner):
+    record, key = api_key_issue(owner=owner, name="cursor")
+    other, other_key = api_key_issue(owner=owner, name="vscode")
+
+    def fail(raw: str) -> str:
+        with pytest.raises(ServiceError) as raised:
+            api_key_authenticate(raw=raw, address="10.0.0.9")
+        return raised.value.code
+
+    wrong_secret = [fail(f"{record.prefix}_wrong") for _ in range(FAILED_ATTEMPTS_LIMIT + 1)]
+    garbage = [fail(value) for value in ("nonsense", "Bearer x", "", "a_b")]  # no prefix: one bucket of their own
+    locked_key = fail(key)
+    other_key_admitted = api_key_authenticate(raw=other_key, address="10.0.0.9")
+    sprayed = [fail(f"rk{n:010d}_guess") for n in range(services.FAILED_ATTEMPTS_ADDRESS_LIMIT)]
+
+    assert wrong_secret == ["invalid_api_key"] * FAILED_ATTEMPTS_LIMIT + ["too_many_failed_attempts"]
+    assert garbage == ["invalid_api_key"] * 4
+    assert locked_key == "too_many_failed_attempts" and other_key_admitted == other
+    assert sprayed[-1] == "too_many_failed_attempts"  # every prefix is new, yet the address is throttled
+    assert fail(other_key) == "too_many_failed_attempts"
+    assert api_key_authenticate(raw=other_key, address="10.0.0.10") == other
+
+
+def test_a_limit_emptied_in_the_admin_is_the_default_again_and_zero_stays_unlimited(owner, settings, client):
+    settings.RAG_MCP_DEFAULT_DAILY_QUOTA, settings.RAG_MCP_DEFAULT_RATE_LIMIT = 500, 20
+    key, _ = api_key_issue(owner=owner, name="cursor", daily_quota=7, rate_limit_per_minute=3)
+    client.force_login(get_user_model().objects.create_superuser("admin", password="pw"))
+
+    inline = {f"usage-{name}": "0" for name in ("TOTAL_FORMS", "INITIAL_FORMS", "MIN_NUM_FORMS", "MAX_NUM_FORMS")}
+
+    response = client.post(f"/admin/apikeys/apikey/{key.pk}/change/", {
+        "name": "cursor", "owner": owner.pk, "daily_quota": "", "rate_limit_per_minute": "0", **inline})
+
+    key.refresh_from_db()
+    assert response.status_code == 302
+    assert (key.daily_quota, key.rate_limit_per_minute) == (500, 0)

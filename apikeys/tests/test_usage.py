@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.django_db, pytest.mark.time_machine(local_moment("2026
 
 
 def test_calls_are_counted_per_tool_and_day(owner):
-    key, _ = api_key_issue(owner=owner, name="ide")
+    key, _ = api_key_issue(owner=owner, name="ide", daily_quota=0, rate_limit_per_minute=0)
 
     headers = api_key_admit_call(key=key, tool="search_sdk_docs")
     api_key_admit_call(key=key, tool="search_sdk_docs")
@@ -157,3 +157,20 @@ def test_a_bad_days_value_is_a_400(client, owner):
     response = client.get("/api/keys/usage?days=500", HTTP_AUTHORIZATION=f"Bearer {secret}")
 
     assert (response.status_code, response.json()["code"]) == (400, "invalid_days")
+
+
+def test_behind_a_proxy_one_bad_client_of_the_usage_endpoint_does_not_lock_every_client_out(client, owner, settings):
+    settings.RAG_CLIENTS = {"ADDRESS_HEADER": "X-Forwarded-For", "TRUSTED_PROXIES": 1}
+    _, secret = api_key_issue(owner=owner, name="ide")
+    via_proxy = {"REMOTE_ADDR": "10.0.0.2"}
+
+    refused = [client.get("/api/keys/usage", HTTP_AUTHORIZATION="Bearer nonsense",
+                          HTTP_X_FORWARDED_FOR="203.0.113.7", **via_proxy).status_code for _ in range(11)]
+    other_mistyped = client.get("/api/keys/usage", HTTP_AUTHORIZATION="Bearer nonsense",
+                                HTTP_X_FORWARDED_FOR="198.51.100.4", **via_proxy)
+    other_served = client.get("/api/keys/usage", HTTP_AUTHORIZATION=f"Bearer {secret}",
+                              HTTP_X_FORWARDED_FOR="198.51.100.4", **via_proxy)
+
+    assert refused == [401] * 10 + [429]
+    assert (other_mistyped.status_code, other_mistyped.json()["code"]) == (401, "invalid_api_key")
+    assert other_served.status_code == 200

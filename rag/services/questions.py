@@ -514,7 +514,7 @@ def _validated(request: QuestionRequest) -> tuple[str, int | None, str, tuple[st
     if candidates is not None and (type(candidates) is not int or not 1 <= candidates <= MAX_CANDIDATES):
         raise ServiceError("invalid_candidates", f"candidates must be an integer from 1 to {MAX_CANDIDATES}.")
     kb = request.kb
-    if kb is not None and (not isinstance(kb, str) or not kb or len(kb) > MAX_KB_CHARS):
+    if kb is not None and (not isinstance(kb, str) or not kb or len(kb) > MAX_KB_CHARS or "\x00" in kb):
         raise ServiceError("invalid_kb", "kb must be the slug of a knowledge base.")
     if mode not in MODES:
         raise ServiceError("invalid_mode", f"Mode must be one of: {', '.join(MODES)}.")
@@ -523,7 +523,8 @@ def _validated(request: QuestionRequest) -> tuple[str, int | None, str, tuple[st
     if exclude is None:
         exclude = ()
     if (not isinstance(exclude, list | tuple) or len(exclude) > MAX_EXCLUDE
-            or not all(isinstance(c, str) and 0 < len(c) <= MAX_CHUNK_ID_CHARS for c in exclude)):
+            or not all(isinstance(c, str) and 0 < len(c) <= MAX_CHUNK_ID_CHARS and "\x00" not in c
+                       for c in exclude)):
         raise ServiceError("invalid_exclude", f"exclude must be a list of at most {MAX_EXCLUDE} chunk ids.")
     for name in ("rerank", "rewrite"):
         if getattr(request, name) is not None and not isinstance(getattr(request, name), bool):

@@ -22,8 +22,10 @@ class Command(BaseCommand):
         create = commands.add_parser("create", help="Issue a key and print it (once)")
         create.add_argument("--owner", required=True, help="Username of the key's owner")
         create.add_argument("--name", required=True, help="What the key is for")
-        create.add_argument("--daily-quota", type=int, default=None, help="Calls per day (default: unlimited)")
-        create.add_argument("--rate-limit", type=int, default=None, help="Calls per minute (default: unlimited)")
+        create.add_argument("--daily-quota", type=int, default=None,
+                            help="Calls per day; 0: unlimited (default: RAG_MCP_DEFAULT_DAILY_QUOTA)")
+        create.add_argument("--rate-limit", type=int, default=None,
+                            help="Calls per minute; 0: unlimited (default: RAG_MCP_DEFAULT_RATE_LIMIT)")
         create.add_argument("--expires-days", type=int, default=None, help="Expire after this many days")
         create.add_argument("--app", type=int, default=None,
                             help="Bind the key to this retrieval app (its id; see `manage.py retrievalapp list`)")
@@ -42,10 +44,10 @@ class Command(BaseCommand):
         user = get_user_model().objects.filter(username=owner).first()
         if user is None:
             raise CommandError(f"No user named {owner!r}; create one with `manage.py createsuperuser`.")
-        for label, value in (("--daily-quota", daily_quota), ("--rate-limit", rate_limit),
-                             ("--expires-days", expires_days)):
-            if value is not None and value < 1:
-                raise CommandError(f"{label} must be at least 1.")
+        for label, value, minimum in (("--daily-quota", daily_quota, 0), ("--rate-limit", rate_limit, 0),
+                                      ("--expires-days", expires_days, 1)):
+            if value is not None and value < minimum:
+                raise CommandError(f"{label} must be at least {minimum}.")
         expires_at = timezone.now() + datetime.timedelta(days=expires_days) if expires_days else None
         retrieval_app = None
         if app is not None:
