@@ -32,6 +32,7 @@ LIMITS = (MaxLengthValidator, MinLengthValidator, MaxValueValidator, MinValueVal
 # service's rule, as a pattern.
 QUESTION_PATTERN = RegexValidator(QUESTION_REGEX)
 KB_PATTERN = RegexValidator(r"^[-a-z0-9_]+$")  # a slug (slugify keeps these characters)
+NO_NUL = RegexValidator(r"^[^\u0000]*$")  # the service refuses a NUL in any value (its code names the field)
 
 
 class LimitsInSchemaOnly:
@@ -81,12 +82,13 @@ class AskInput(serializers.Serializer):
 
     question = StrictCharField(
         min_length=1, max_length=MAX_QUESTION_CHARS, validators=[QUESTION_PATTERN],
-        help_text="The question. Leading and trailing whitespace is removed first; what is left must not be empty "
-                  "and must hold no NUL character (else 400 `invalid_question`); over "
+        help_text="The question: it must show at least one character (not only white space, control or format "
+                  "characters such as zero-width spaces) and hold no NUL character (else 400 `invalid_question`); over "
                   f"{MAX_QUESTION_CHARS} characters is 400 `question_too_long`.")
     kb = StrictCharField(min_length=1, max_length=MAX_KB_CHARS, validators=[KB_PATTERN], required=False,
                          help_text="Knowledge base slug (default: the site's default knowledge base).")
-    exclude = ListField(child=StrictCharField(min_length=1, max_length=MAX_CHUNK_ID_CHARS), required=False,
+    exclude = ListField(child=StrictCharField(min_length=1, max_length=MAX_CHUNK_ID_CHARS, validators=[NO_NUL]),
+                        required=False,
                         max_length=MAX_EXCLUDE, help_text="chunk ids not to use")
 
 
