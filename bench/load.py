@@ -187,7 +187,10 @@ def main() -> int:
                 break
             except requests.RequestException:
                 time.sleep(0.2)
-        requests.post(url + "/api/search", json={"question": "warm up"}, timeout=60)  # load model and index
+        for _ in range(300):  # load the model and index (a `make prod` just started may still be building it)
+            if requests.post(url + "/api/search", json={"question": "warm up"}, timeout=60).status_code == 200:
+                break
+            time.sleep(1)
         results = {}
         search_only = args.only == "search"
         for path in ("/api/search",) if search_only else ("/api/search", "/api/chat"):
@@ -208,8 +211,9 @@ def main() -> int:
           f" {'engine p50':>10s}")
     for path, levels in results.items():
         for r in levels:
-            print(f"{path:26s} {r['clients']:7d} {r['requests']:8d} {r['errors']:6d} {r['p50_ms']:8} {r['p95_ms']:8} "
-                  f"{r['rps']:7} {r['engine_p50_ms']:10}")
+            shown = {k: "-" if r[k] is None else r[k] for k in ("p50_ms", "p95_ms", "engine_p50_ms")}  # all failed
+            print(f"{path:26s} {r['clients']:7d} {r['requests']:8d} {r['errors']:6d} {shown['p50_ms']:>8} "
+                  f"{shown['p95_ms']:>8} {r['rps']:7} {shown['engine_p50_ms']:>10}")
     out = Path(os.environ.get("RAG_DATA_DIR", ROOT / "data")) / "bench" / "load.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=1))
