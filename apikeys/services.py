@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from apikeys.models import ApiKey, ApiKeyUsage
 from rag.errors import ServiceError
+from rag.limits import count
 
 PREFIX_ALPHABET = string.ascii_lowercase + string.digits
 FAILED_ATTEMPTS_LIMIT = 10  # per client address and key prefix within the window, then refused without looking
@@ -93,11 +94,7 @@ def _failures_keys(address: str, raw: str | None) -> tuple[str, str]:
 
 
 def _count_failure(name: str) -> None:
-    cache.add(name, 0, FAILED_ATTEMPTS_WINDOW)
-    try:
-        cache.incr(name)
-    except ValueError:  # expired between add and incr
-        cache.set(name, 1, FAILED_ATTEMPTS_WINDOW)
+    count(name, FAILED_ATTEMPTS_WINDOW)
 
 
 def api_key_authenticate(*, raw: str | None, address: str = "") -> ApiKey:
@@ -146,14 +143,8 @@ def _limit_headers(limit: int, remaining: int, reset: int) -> dict[str, str]:
 def _minute_count(key: ApiKey) -> tuple[int, int]:
     """Count a call in the key's current one-minute window; return (calls in the window, seconds to its end)."""
     now = time.time()
-    name = f"apikeys:rate:{key.pk}:{int(now // 60)}"
-    cache.add(name, 0, 120)
-    try:
-        count = cache.incr(name)
-    except ValueError:  # expired between add and incr
-        cache.set(name, 1, 120)
-        count = 1
-    return count, max(1, 60 - int(now % 60))
+    calls = count(f"apikeys:rate:{key.pk}:{int(now // 60)}", 120)
+    return calls or 1, max(1, 60 - int(now % 60))  # None: the cache is down, the call counts as the first
 
 
 def api_key_admit_call(*, key: ApiKey, tool: str) -> dict[str, str]:
@@ -165,9 +156,9 @@ def api_key_admit_call(*, key: ApiKey, tool: str) -> dict[str, str]:
     """
     headers: dict[str, str] = {}
     if key.rate_limit_per_minute:
-        count, reset = _minute_count(key)
-        headers = _limit_headers(key.rate_limit_per_minute, key.rate_limit_per_minute - count, reset)
-        if count > key.rate_limit_per_minute:
+        calls, reset = _minute_count(key)
+        headers = _limit_headers(key.rate_limit_per_minute, key.rate_limit_per_minute - calls, reset)
+        if calls > key.rate_limit_per_minute:
             raise ServiceError("rate_limited", f"This key may make {key.rate_limit_per_minute} calls per minute; "
                                f"try again in {reset} s.", status=429, headers={**headers, "Retry-After": str(reset)})
     today = timezone.localdate()

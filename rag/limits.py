@@ -73,8 +73,9 @@ def countable() -> bool:
     return redis_cache.available()
 
 
-def _add(key: str, delta: int, timeout: int) -> int | None:
-    """Add `delta` to a counter that expires `timeout` seconds after it was created; None: the cache is down."""
+def count(key: str, timeout: int, delta: int = 1) -> int | None:
+    """Add `delta` to a counter in the cache that expires `timeout` seconds after it was created, and return its
+    value; None while the cache is down. The one counter of every limit (web, API keys, sign-ins)."""
     cache.add(key, 0, timeout)
     try:
         return cache.incr(key, delta)
@@ -91,8 +92,8 @@ def rate_limit(scope: str, client: Client) -> None:
     limit = settings.RAG_WEB_LIMITS[RATES[scope]]
     now = time.time()
     window = int(now // WINDOW_SECONDS)
-    counts = [_add(f"limits:{scope}:{window}:{key}", 1, WINDOW_SECONDS + 1) for key in client.keys()]
-    if any(count is not None and count > limit for count in counts):
+    counts = [count(f"limits:{scope}:{window}:{key}", WINDOW_SECONDS + 1) for key in client.keys()]
+    if any(n is not None and n > limit for n in counts):
         retry_after = max(1, math.ceil((window + 1) * WINDOW_SECONDS - now))
         raise ServiceError("rate_limited", f"Too many requests from this client ({limit} a minute); try again in "
                            f"{retry_after} seconds.", status=429, headers={"Retry-After": str(retry_after)})
@@ -103,12 +104,12 @@ def socket_open(client: Client) -> bool:
     SOCKETS_PER_CLIENT open already. True when counted: call `socket_closed` when it closes."""
     limit = settings.RAG_WEB_LIMITS["SOCKETS_PER_CLIENT"]
     keys = [f"limits:sockets:{key}" for key in client.keys()]
-    counts = [_add(key, 1, SOCKET_TTL) for key in keys]
+    counts = [count(key, SOCKET_TTL) for key in keys]
     for key in keys:
         cache.touch(key, SOCKET_TTL)
-    if any(count is None for count in counts):
+    if any(n is None for n in counts):
         return False
-    if any(count > limit for count in counts):
+    if any(n > limit for n in counts):
         socket_closed(client)
         raise ServiceError("too_many_sockets", f"This client has {limit} chat sockets open already; close one "
                            "first.", status=429, headers={"Retry-After": str(WINDOW_SECONDS)})
@@ -146,7 +147,7 @@ class TokenShare:
         if delta:
             timeout = seconds_to_local_midnight() + 3600
             for key in self.keys:
-                _add(key, delta, timeout)
+                count(key, timeout, delta)
 
 
 def token_share_reserve(client: Client, tokens: int, *, pool_limit: int, day: datetime.date) -> TokenShare:
@@ -156,12 +157,12 @@ def token_share_reserve(client: Client, tokens: int, *, pool_limit: int, day: da
     share = int(pool_limit * settings.RAG_WEB_LIMITS["TOKEN_SHARE"])
     keys = [f"limits:tokens:{day.isoformat()}:{key}" for key in client.keys()]
     timeout = seconds_to_local_midnight() + 3600
-    counts = [_add(key, tokens, timeout) for key in keys]
+    counts = [count(key, timeout, tokens) for key in keys]
     reservation = TokenShare(keys, tokens)
-    if any(count is None for count in counts):
+    if any(n is None for n in counts):
         raise ServiceError("limits_unavailable", "Per-client limits cannot be counted right now; try again in a "
                            "moment.", status=503, headers={"Retry-After": "5"})
-    if any(count > share for count in counts):
+    if any(n > share for n in counts):
         reservation.settle(0)
         retry_after = seconds_to_local_midnight()
         raise ServiceError("client_token_share_exhausted", "This client's share of today's question budget is used "

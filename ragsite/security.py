@@ -55,16 +55,6 @@ def _failure_keys(address: str, username: str) -> tuple[str, str]:
     return f"login:failures:{address}", f"login:failures:{address}:{name}"
 
 
-def _count_failure(key: str, window: int) -> None:
-    from django.core.cache import cache
-
-    cache.add(key, 0, window)
-    try:
-        cache.incr(key)
-    except ValueError:  # expired between add and incr, or the cache is unavailable
-        cache.set(key, 1, window)
-
-
 def login_failed(sender, credentials, request=None, **kwargs) -> None:
     """user_login_failed: count the failure against the address, and against the address and user name."""
     if request is None:
@@ -72,10 +62,11 @@ def login_failed(sender, credentials, request=None, **kwargs) -> None:
     from django.conf import settings
 
     from rag.clients import request_address
+    from rag.limits import count
 
     window = settings.RAG_LOGIN_THROTTLE["WINDOW_SECONDS"]
     for key in _failure_keys(request_address(request), str(credentials.get("username", ""))):
-        _count_failure(key, window)
+        count(key, window)
 
 
 def login_succeeded(sender, request=None, user=None, **kwargs) -> None:
