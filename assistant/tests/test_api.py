@@ -3,36 +3,17 @@
 from __future__ import annotations
 
 import pytest
-from django.core.cache import cache
 
 from assistant.models import Feedback, TokenPool
 from assistant.services import WebTokenPool, token_pool_today
 from conftest import local_moment
 from rag.errors import ServiceError
 from rag.models import RequestRecord
-from rag.pipeline import reset_engine
-from rag.tests.conftest import documented_example, make_built_kb
+from rag.tests.conftest import documented_example
 
 pytestmark = pytest.mark.django_db
 # The web token pool is a local day's: its tests read it at a fixed moment (one crosses midnight on purpose).
 POOL_DAY = pytest.mark.time_machine(local_moment("2026-03-10 12:00"), tick=False)
-
-
-@pytest.fixture
-def kb(db, corpus_copy):
-    return make_built_kb(corpus_copy)
-
-
-@pytest.fixture
-def with_model(settings, llm_server):
-    """Configure the fake chat model for this test; the engine is rebuilt around it."""
-    settings.RAG_ENGINE = {**settings.RAG_ENGINE, "GENERATION_BASE_URL": llm_server.url,
-                           "GENERATION_MODEL": "fake-model", "GENERATION_READ_TIMEOUT": 2, "BREAKER_THRESHOLD": 2}
-    cache.clear()
-    reset_engine()
-    yield llm_server
-    reset_engine()
-    cache.clear()
 
 
 def post(client, path, payload):

@@ -7,31 +7,13 @@ from __future__ import annotations
 import pytest
 from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
-from django.core.cache import cache
 
 from assistant.consumers import ChatConsumer
 from assistant.services import token_pool_today
 from conftest import local_moment
-from rag.pipeline import reset_engine
-from rag.tests.conftest import make_built_kb
 
 NOON = pytest.mark.time_machine(local_moment("2026-03-10 12:00"), tick=False)
 QUESTION = {"question": "PerspectiveCamera 的 far 默认值", "kb": "sdk"}
-
-
-@pytest.fixture
-def kb(db, corpus_copy):
-    return make_built_kb(corpus_copy)
-
-
-@pytest.fixture
-def with_model(settings, llm_server):
-    settings.RAG_ENGINE = {**settings.RAG_ENGINE, "GENERATION_BASE_URL": llm_server.url,
-                           "GENERATION_MODEL": "fake-model", "GENERATION_READ_TIMEOUT": 2}
-    cache.clear()
-    reset_engine()
-    yield llm_server
-    reset_engine()
 
 
 def limit(settings, **values) -> None:
