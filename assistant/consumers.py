@@ -9,13 +9,12 @@ import weakref
 
 from asgiref.sync import sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
-from django.db import connections
 
 from assistant.api import AskInput
 from assistant.services import error_frame, web_chat_stream, web_socket_closed, web_socket_opened
 from rag.errors import ServiceError
 from rag.limits import Client
-from rag.streams import BUSY_RETRY_AFTER, answer_streams
+from rag.streams import BUSY_RETRY_AFTER, DEADLINE_PASSED, answer_streams, relay
 
 SHUTDOWN_WAIT = 5.0  # seconds a stopping server gives a cancelled answer to record itself
 # The close code of a socket over a per-client limit (4000-4999 are the application's; 429 as in HTTP). The
@@ -55,7 +54,6 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     """One socket per page; one answer at a time. Closing the socket stops the model's stream."""
 
     task: asyncio.Task | None = None
-    worker = None  # the answer thread's future
     stopping = False
     counted = False  # this socket counts against its client's open sockets (rag.limits)
 
@@ -79,8 +77,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
                                   "message": "The server is restarting; ask again in a moment."})
         except Exception:  # noqa: BLE001 - the socket may be gone already
             pass
-        if self.worker is not None:
-            await asyncio.wait([asyncio.wrap_future(self.worker)], timeout=SHUTDOWN_WAIT)
+        await asyncio.wait([self.task], timeout=SHUTDOWN_WAIT)  # it ends when the answer's thread has
 
     async def connect(self):
         self.cancel = threading.Event()
@@ -109,49 +106,27 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     async def _stream(self, ask: dict, cancel: threading.Event):
         """Run the answer on an answer thread (rag.streams) and forward its events; "busy" when none is free, a
         final error frame when the answer runs past its deadline."""
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue = asyncio.Queue()
-        streams = answer_streams()
-        ends_at = streams.ends_at()
-
-        def cancelled() -> bool:
-            return cancel.is_set() or streams.clock() >= ends_at
-
-        def produce():
-            try:
-                for event in web_chat_stream(**ask, client=self.client, cancelled=cancelled):
-                    loop.call_soon_threadsafe(queue.put_nowait, event)
-            except Exception:  # noqa: BLE001 - the page gets an error frame, the worker thread survives
-                loop.call_soon_threadsafe(queue.put_nowait, {"type": "error", "code": "service_error",
-                                                             "message": "The answer failed."})
-            finally:
-                connections.close_all()  # this thread's own connections: none left open idle
-                loop.call_soon_threadsafe(queue.put_nowait, None)
-
-        worker = self.worker = streams.submit(produce)
-        if worker is None:
+        slot = answer_streams().reserve()
+        if slot is None:
             self.answering = False
             await self.send_json({"type": "error", "code": "busy", "retry_after": BUSY_RETRY_AFTER,
                                   "message": "Too many answers are being written right now; ask again in a moment."})
             return
+        events = relay(slot, lambda cancelled: web_chat_stream(**ask, client=self.client, cancelled=cancelled),
+                       cancel=cancel, on_error=lambda exc: {"type": "error", "code": "service_error",
+                                                            "message": "The answer failed."})
         try:
-            while True:
-                try:
-                    event = await asyncio.wait_for(queue.get(), timeout=max(0.0, ends_at - streams.clock()))
-                except TimeoutError:
-                    cancel.set()  # the producer stops at its next check; its thread frees its slot then
+            async for event in events:
+                if event is DEADLINE_PASSED:
                     await self.send_json({"type": "error", "code": "answer_deadline",
                                           "message": "The answer took too long and was stopped."})
                     return
-                if event is None:
-                    break
                 if event["type"] in ("final", "error"):
                     self.answering = False  # the page may ask its next question once it has this frame
                 if not cancel.is_set():
                     await self.send_json(event)
         finally:
             self.answering = False
-        await asyncio.wrap_future(worker)
 
     async def disconnect(self, code):
         self.cancel.set()

@@ -13,7 +13,6 @@ under ASGI), and a client that disconnects sets the cancel flag the iterator pol
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import json
 import logging
@@ -21,7 +20,6 @@ import re
 import threading
 from collections.abc import Callable, Iterator
 
-from django.db import close_old_connections, connections
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
@@ -29,7 +27,7 @@ from cgrag.inputs import InvalidRequest
 from rag.capacity import CapacityExceeded
 from rag.errors import ServiceError
 from rag.services.records import new_request_id
-from rag.streams import BUSY_RETRY_AFTER, answer_streams
+from rag.streams import BUSY_RETRY_AFTER, DEADLINE_PASSED, answer_streams, relay
 
 log = logging.getLogger(__name__)
 
@@ -112,8 +110,6 @@ def sse_frame(event: str, data: dict) -> bytes:
         return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
 
 
-_DONE = object()
-
 
 def sse_response(request_id: str, produce: Callable[[Callable[[], bool]], Iterator[tuple[str, dict]]]
                  ) -> StreamingHttpResponse | JsonResponse:
@@ -128,43 +124,17 @@ def sse_response(request_id: str, produce: Callable[[Callable[[], bool]], Iterat
         return json_response(request_id, error_body(request_id, refusal), refusal.status, refusal.headers)
     gone = threading.Event()
 
+    def failed(exc: BaseException) -> bytes:  # the producer shapes its own failures; this is a last resort
+        log.error("CG_RAG stream %s failed", request_id, exc_info=exc)
+        return sse_frame("error", {**error_body(request_id, error_of(Exception()))["error"], "request_id": request_id})
+
     async def frames():
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue = asyncio.Queue()
-        ends_at = streams.ends_at()
-
-        def cancelled() -> bool:
-            return gone.is_set() or streams.clock() >= ends_at
-
-        def put(item) -> None:
-            loop.call_soon_threadsafe(queue.put_nowait, item)
-
-        def run() -> None:
-            close_old_connections()
-            try:
-                for event, data in produce(cancelled):
-                    put(sse_frame(event, data))
-                    if cancelled():
-                        break
-            except BaseException:  # the producer shapes its own failures; this is a last resort
-                log.exception("CG_RAG stream %s failed", request_id)
-                error = error_body(request_id, error_of(Exception()))["error"]
-                put(sse_frame("error", {**error, "request_id": request_id}))
-            finally:
-                connections.close_all()
-                put(_DONE)
-
-        slot.submit(run)
         try:
-            while True:
-                try:
-                    item = await asyncio.wait_for(queue.get(), timeout=max(0.0, ends_at - streams.clock()))
-                except TimeoutError:
-                    gone.set()  # the producer stops at its next check; its thread frees its slot then
+            frames_of = lambda cancelled: (sse_frame(event, data) for event, data in produce(cancelled))  # noqa: E731
+            async for item in relay(slot, frames_of, cancel=gone, on_error=failed):
+                if item is DEADLINE_PASSED:
                     error = ServiceError("answer_deadline", "The answer took too long and was stopped.", status=504)
                     yield sse_frame("error", {**error_body(request_id, error)["error"], "request_id": request_id})
-                    return
-                if item is _DONE:
                     return
                 yield item
         finally:

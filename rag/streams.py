@@ -11,11 +11,12 @@ and the face sends a final error frame.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable
 
 from django.conf import settings
 
@@ -58,7 +59,7 @@ class Slot:
     """One answer thread, taken: `submit` runs the answer on it, `release` gives it back unused."""
 
     def __init__(self, streams: AnswerStreams):
-        self._streams = streams
+        self.streams = streams
         self._held = True
 
     def submit(self, produce: Callable[[], None]) -> Future:
@@ -66,17 +67,66 @@ class Slot:
             raise RuntimeError("this slot was released")
         self._held = False
         try:
-            future = self._streams._executor.submit(produce)  # noqa: SLF001 - the pool's own slot
+            future = self.streams._executor.submit(produce)  # noqa: SLF001 - the pool's own slot
         except BaseException:
-            self._streams._slots.release()  # noqa: SLF001
+            self.streams._slots.release()  # noqa: SLF001
             raise
-        future.add_done_callback(lambda _: self._streams._slots.release())  # noqa: SLF001
+        future.add_done_callback(lambda _: self.streams._slots.release())  # noqa: SLF001
         return future
 
     def release(self) -> None:
         if self._held:
             self._held = False
-            self._streams._slots.release()  # noqa: SLF001
+            self.streams._slots.release()  # noqa: SLF001
+
+
+DEADLINE_PASSED = object()  # what `relay` yields last when the answer ran out of time
+_DONE = object()
+
+
+async def relay(slot: Slot, items: Callable[[Callable[[], bool]], Iterator], *, cancel: threading.Event,
+                on_error: Callable[[BaseException], object]) -> AsyncIterator:
+    """Run `items(cancelled)` on the slot's answer thread and yield what it yields, on the event loop, as it comes.
+
+    `cancelled()` turns true when `cancel` is set (the reader left) or the answer's deadline passes; then
+    DEADLINE_PASSED is the last item. A failure of `items` ends the stream with `on_error(exc)`. The thread's
+    database connections are closed when it ends; the relay ends once the thread has."""
+    from django.db import close_old_connections, connections
+
+    streams, loop, queue = slot.streams, asyncio.get_running_loop(), asyncio.Queue()
+    ends_at = streams.ends_at()
+
+    def cancelled() -> bool:
+        return cancel.is_set() or streams.clock() >= ends_at
+
+    def put(item) -> None:
+        loop.call_soon_threadsafe(queue.put_nowait, item)
+
+    def run() -> None:
+        close_old_connections()
+        try:
+            for item in items(cancelled):
+                put(item)
+                if cancelled():
+                    break
+        except BaseException as exc:  # noqa: BLE001 - the face shapes the failure; the thread survives
+            put(on_error(exc))
+        finally:
+            connections.close_all()  # this thread's own connections: none left open idle
+            put(_DONE)
+
+    worker = asyncio.wrap_future(slot.submit(run))
+    while True:
+        try:
+            item = await asyncio.wait_for(queue.get(), timeout=max(0.0, ends_at - streams.clock()))
+        except TimeoutError:
+            cancel.set()  # the producer stops at its next check; its thread frees its slot then
+            yield DEADLINE_PASSED
+            return
+        if item is _DONE:
+            break
+        yield item
+    await worker
 
 
 _streams: AnswerStreams | None = None
