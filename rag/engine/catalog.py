@@ -11,8 +11,9 @@ from .types import Chunk
 
 # A page's inheritance line, as reference pages write it under the title:
 # `> Category: Lights · Inheritance: Object3D → Light`, `> 分类：相机 · 继承自 Camera`, "Extends: Material".
+# Sphinx writes "Bases: `click.core.Command`"; qualified names are read by their last part (QUALIFIED_RE).
 INHERITANCE_RE = re.compile(
-    r"(?:Inheritance|Inherits(?:\s+from)?|Extends|Base\s+class|继承自?|父类|基类)\s*[:：]?\s*"
+    r"(?:Inheritance|Inherits(?:\s+from)?|Extends|Bases|Base\s+class(?:es)?|继承自?|父类|基类)\s*[:：]?\s*"
     r"([A-Za-z_$][\w$]*(?:\s*(?:→|->|>|<-|←|,)\s*[A-Za-z_$][\w$]*)*)", re.IGNORECASE)
 
 
@@ -21,7 +22,8 @@ class Catalog:
     """Classes (structured name, Chinese title, members) and the Latin words the corpus uses."""
 
     # name -> {"alias": str, "source": str, "members": [...], "ancestors": [parent, grandparent, ...],
-    #          "types": {member: the documented class that is its type}}
+    #          "types": {member: the documented class that is its type}, "kind": "file" for a header's
+    #          reference page (its functions and macros, no class), else ""}
     classes: dict[str, dict] = field(default_factory=dict)
     vocabulary: dict[str, int] = field(default_factory=dict)  # lowercased Latin token -> document frequency
 
@@ -36,6 +38,8 @@ class Catalog:
             )
             if chunk.part == 0 and not chunk.member and not entry["ancestors"]:
                 entry["ancestors"] = inheritance_of(chunk.text, chunk.class_name)
+            if chunk.kind == "file":
+                entry["kind"] = "file"
             if chunk.member and chunk.member not in entry["members"]:
                 entry["members"].append(chunk.member)
                 kind = member_type(chunk.heading_path[-1] if chunk.heading_path else "")
@@ -56,7 +60,12 @@ class Catalog:
         for entry in classes.values():  # versions built before the class graph
             entry.setdefault("ancestors", [])
             entry.setdefault("types", {})
+            entry.setdefault("kind", "")
         return cls(classes=classes, vocabulary=data["vocabulary"])
+
+    def is_class(self, name: str) -> bool:
+        """Whether a catalog entry is a class a question can name (a header's file reference page is not)."""
+        return self.classes.get(name, {}).get("kind", "") != "file"
 
     def ancestors(self, name: str) -> list[str]:
         """Return a class's documented ancestors, nearest first (its parent, then the parent's, …)."""
@@ -100,10 +109,15 @@ class Catalog:
 
 def inheritance_of(text: str, class_name: str) -> list[str]:
     """Read a page's inheritance line into its ancestors, nearest first: `Object3D → Light` on the page of
-    DirectionalLight gives [Light, Object3D]. Only the lines before the first heading below the title count."""
-    for line in text.splitlines()[:12]:
+    DirectionalLight gives [Light, Object3D]. Only the lines before the first heading below the section's own
+    heading count."""
+    lines = text.splitlines()[:12]
+    if lines and lines[0].startswith("#"):
+        lines = lines[1:]
+    for line in lines:
         if line.startswith("##"):
             break
+        line = QUALIFIED_RE.sub(lambda m: re.split(r"\.|::", m.group(0))[-1], line.replace("`", ""))
         match = INHERITANCE_RE.search(line)
         # A note under the title (`> …`), or a line that states it with a colon ("Extends: Material").
         if match and (line.lstrip().startswith(">") or re.search(r"[:：]", line[match.start():match.start(1)])):
@@ -114,6 +128,7 @@ def inheritance_of(text: str, class_name: str) -> list[str]:
     return []
 
 
+QUALIFIED_RE = re.compile(r"[A-Za-z_$][\w$]*(?:(?:\.|::)[A-Za-z_$][\w$]*)+")
 MEMBER_TYPE_RE = re.compile(r"^\.?[A-Za-z_$][\w$]*\s*:\s*([A-Z][\w$]*)\s*$")
 
 

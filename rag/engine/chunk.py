@@ -1,55 +1,21 @@
-"""Chunk (E2): split pages at `###` into members; split long members again with overlap."""
+"""Chunk (E2): one chunk per section of the document model (a member, a class overview, a stretch of prose);
+split long sections again with overlap."""
 
 from __future__ import annotations
 
 import re
 from bisect import bisect_left, bisect_right
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from .docmodel import PAGE_API, PAGE_FILE, DocPage, RawPage
+from .readers.markdown import MarkdownReader, class_alias_of, class_name_of, member_of  # noqa: F401 - re-exported
 from .text import sha1
 from .types import Chunk, SourceDocument
 
-LATIN_NAME_RE = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*(?:[ .][A-Za-z_$][A-Za-z0-9_$]*)*")
-PARENS_RE = re.compile(r"[（(]([^（）()]*)[）)]")
-MEMBER_RE = re.compile(r"^\s*\.?\s*((?:[A-Za-z_$][\w$]*\.)*[A-Za-z_$][\w$]*)\s*(?=$|[(\[:<（：]|\s+[(:\[（]|\s*$)")
 FENCE_RE = re.compile(r"^\s{0,3}(```|~~~)")
 # A path: segments of name characters joined by "/". Each match starts where a run of name characters starts,
 # and runs are taken whole (possessive), so a long line costs linear time, not quadratic.
 PATH_RE = re.compile(r"(?<![\w.$-])[\w.$-]++(?:/[\w.$-]++)+")
-
-
-def class_name_of(title: str) -> str:
-    """Return the structured class name of a page title.
-
-    `透视相机（PerspectiveCamera）` -> `PerspectiveCamera`; `光线投射Raycaster` -> `Raycaster`;
-    `多细节层次（LOD，Levels of Detail）` -> `LOD`; a title without a Latin name is its own class name.
-    """
-    for inner in PARENS_RE.findall(title):
-        head = re.split(r"[，,;；]", inner)[0].strip()
-        if re.search(r"[A-Za-z]", head):
-            match = LATIN_NAME_RE.search(head)
-            if match:
-                return match.group(0).strip()
-    if re.search(r"[\u3400-\u9fff]", title):
-        names = [m.group(0) for m in LATIN_NAME_RE.finditer(title)]
-        if names:
-            return max(names, key=len).strip()
-    return title.strip()
-
-
-def class_alias_of(title: str, class_name: str) -> str:
-    """Return the rest of the title once the Latin name is taken out: `透视相机（PerspectiveCamera）` -> `透视相机`."""
-    alias = PARENS_RE.sub(lambda m: "" if class_name in m.group(1) else m.group(0), title)
-    alias = alias.replace(class_name, "").strip(" （）()-·:：")
-    return alias if alias and alias != class_name else ""
-
-
-def member_of(heading: str) -> str:
-    """Return the identifier of a `###` heading: `.setPixelRatio ( value : number ) : undefined` -> `setPixelRatio`."""
-    match = MEMBER_RE.match(heading)
-    if not match:
-        return ""
-    return match.group(1).split(".")[-1]
 
 
 SUMMARY_CHARS = 80
@@ -64,48 +30,6 @@ def page_summary(preamble: str) -> str:
         sentence = re.split(r"(?<=[。！？.!?])\s", line)[0]
         return sentence[:SUMMARY_CHARS]
     return ""
-
-
-@dataclass(frozen=True, slots=True)
-class _Section:
-    h2: str
-    h3: str
-    text: str
-
-
-def _sections(markdown: str) -> tuple[str, list[_Section]]:
-    """Cut a page into the text before the first `###`, then one section per `###` (or later `##`)."""
-    title = ""
-    h2 = ""
-    sections: list[_Section] = []
-    current: list[str] = []
-    current_h2, current_h3 = "", ""
-    seen_h3 = False
-    in_code = False
-
-    def close() -> None:
-        text = "\n".join(current).strip()
-        if text:
-            sections.append(_Section(current_h2, current_h3, text))
-
-    for line in markdown.splitlines():
-        if FENCE_RE.match(line):
-            in_code = not in_code
-        elif not in_code:
-            if line.startswith("# ") and not title:
-                title = line[2:].strip()
-            elif line.startswith("### "):
-                close()
-                seen_h3 = True
-                current, current_h2, current_h3 = [], h2, line[4:].strip()
-            elif line.startswith("## "):
-                h2 = line[3:].strip()
-                if seen_h3:
-                    close()
-                    current, current_h2, current_h3 = [], h2, ""
-        current.append(line)
-    close()
-    return title, sections
 
 
 def _layout(text: str) -> tuple[list[int], set[int], list[tuple[int, int]]]:
@@ -263,38 +187,65 @@ class Chunker:
         return stripped if _has_body(stripped) else text
 
     def run(self, document: SourceDocument) -> list[Chunk]:
-        title, sections = _sections(document.text)
-        title = title or document.title
-        class_name = class_name_of(title)
-        class_alias = class_alias_of(title, class_name)
-        summary = page_summary(sections[0].text) if sections and not sections[0].h3 and not sections[0].h2 else ""
+        page = document_page(document)
+        if page.skipped:
+            return []
+        title = page.title or document.title
+        sections = list(page.sections)
+        summaries = _summaries(page)
         chunks: list[Chunk] = []
         if sections and self.boilerplate and len(sections) > 1:
-            last = sections[-1]
-            sections[-1] = _Section(last.h2, last.h3, self._strip_footer(last.text))
+            sections[-1] = replace(sections[-1], markdown=self._strip_footer(sections[-1].markdown))
         for section in sections:
-            if not _has_body(section.text) or (not section.h3 and section.h2 and self._is_boilerplate(section.text)):
+            if not _has_body(section.markdown) or (
+                    section.kind == "topic" and not section.member and section.headings and page.kind == PAGE_API
+                    and self._is_boilerplate(section.markdown)):  # a pointer between members, not prose of a guide
                 continue
-            member = member_of(section.h3) if section.h3 else ""
-            path = tuple(p for p in (title, section.h2, section.h3) if p)
-            for part, piece in enumerate(split_text(section.text, max_chars=self.max_chars, overlap=self.overlap)):
+            owner = section.owner or page.symbol
+            kind = "file" if page.kind == PAGE_FILE and not section.member and owner == page.symbol else section.kind
+            path = (title, *section.headings)
+            for part, piece in enumerate(split_text(section.markdown, max_chars=self.max_chars, overlap=self.overlap)):
                 index = len(chunks)
                 chunks.append(
                     Chunk(
                         chunk_id=sha1(f"{document.path}\n{index}\n{piece}")[:16],
                         source=document.path,
                         title=title,
-                        class_name=class_name,
-                        class_alias=class_alias,
-                        member=member,
+                        class_name=owner,
+                        class_alias=page.alias if owner == page.symbol else "",
+                        member=section.member,
                         heading_path=path,
                         chunk_index=index,
                         part=part,
                         text=piece,
-                        summary=summary,
+                        summary=summaries.get(owner, ""),
+                        anchor=section.anchor,
+                        kind=kind,
                     )
                 )
         return chunks
+
+
+def document_page(document: SourceDocument) -> DocPage:
+    """The document model of a page: as read from its source, or read now from its Markdown text."""
+    if document.page is not None:
+        return document.page
+    return MarkdownReader().run(RawPage(document.path, document.text, ".md"), fallback_title=document.title)
+
+
+def _summaries(page: DocPage) -> dict[str, str]:
+    """The first descriptive sentence of each symbol's overview (a section of its own without a member and
+    without headings of its own for the page's symbol), indexed with every member of that symbol."""
+    summaries: dict[str, str] = {}
+    for n, section in enumerate(page.sections):
+        owner = section.owner or page.symbol
+        if section.member or owner in summaries:
+            continue
+        if owner == page.symbol and (n or section.headings) and page.generator == "markdown":
+            summaries[owner] = ""  # the reference shape: only the text before the first heading
+            continue
+        summaries[owner] = page_summary(section.markdown)
+    return summaries
 
 
 def chunk_documents(documents: list[SourceDocument], *, max_chars: int = 800, overlap: int = 200) -> list[Chunk]:

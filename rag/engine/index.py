@@ -44,7 +44,8 @@ VECTORS_FILE = "vectors.npy"
 TOKENIZER = "stem"  # how this build tokenizes for BM25 (text.tokenize); a version built before says nothing
 # The chunk fields in the order of the LanceDB table (and of the columns of chunks.json).
 CHUNK_FIELDS = ("chunk_id", "source", "title", "class_name", "class_alias", "member", "heading_path",
-                "chunk_index", "part", "text", "summary")
+                "chunk_index", "part", "text", "summary", "anchor", "kind")
+OPTIONAL_FIELDS = {"summary", "anchor", "kind"}  # absent in versions built before them: read as ""
 
 
 class IndexError_(Exception):
@@ -110,6 +111,8 @@ def _chunk_table(chunks: list[Chunk], vectors: np.ndarray):
             "part": pa.array([c.part for c in chunks], pa.int32()),
             "text": [c.text for c in chunks],
             "summary": [c.summary for c in chunks],
+            "anchor": [c.anchor for c in chunks],
+            "kind": [c.kind for c in chunks],
             "text_hash": [c.text_hash for c in chunks],
             "vector": pa.FixedSizeListArray.from_arrays(pa.array(vectors.ravel(), pa.float32()), dimension),
         }
@@ -131,6 +134,8 @@ def _chunks_from_arrow(table) -> list[Chunk]:
             part=columns["part"][i],
             text=columns["text"][i],
             summary=columns["summary"][i] if "summary" in columns else "",
+            anchor=columns["anchor"][i] if "anchor" in columns else "",
+            kind=columns["kind"][i] if "kind" in columns else "",
         )
         for i in range(table.num_rows)
     ]
@@ -164,14 +169,15 @@ def _read_memory_files(folder: Path, manifest: dict) -> tuple[list[Chunk], np.nd
         if _file_entry(data) != entries[CHUNKS_FILE]:
             raise IndexError_(f"{CHUNKS_FILE} does not match the manifest (size or checksum)")
         columns = json.loads(data)
-        if not isinstance(columns, dict) or any(len(columns.get(name, ())) != count for name in CHUNK_FIELDS):
+        if not isinstance(columns, dict):
+            raise IndexError_(f"{CHUNKS_FILE} does not hold {count} chunks")
+        for name in OPTIONAL_FIELDS - columns.keys():
+            columns[name] = [""] * count
+        if any(len(columns.get(name, ())) != count for name in CHUNK_FIELDS):
             raise IndexError_(f"{CHUNKS_FILE} does not hold {count} chunks")
         chunks = [
-            Chunk(chunk_id=chunk_id, source=source, title=title, class_name=class_name, class_alias=class_alias,
-                  member=member, heading_path=tuple(heading_path), chunk_index=chunk_index, part=part, text=text,
-                  summary=summary)
-            for chunk_id, source, title, class_name, class_alias, member, heading_path, chunk_index, part, text,
-            summary in zip(*(columns[name] for name in CHUNK_FIELDS))
+            Chunk(**{name: tuple(value) if name == "heading_path" else value for name, value in zip(CHUNK_FIELDS, row)})
+            for row in zip(*(columns[name] for name in CHUNK_FIELDS))
         ]
         vectors = np.load(folder / VECTORS_FILE, allow_pickle=False)
         if vectors.dtype != np.float32 or vectors.shape != (count, dimension) or not vectors.flags.c_contiguous:
@@ -383,7 +389,7 @@ class IndexStore:
             t0 = time.perf_counter()
             bm25s = _bm25s()
             bm25 = bm25s.BM25()
-            bm25.index(corpus_tokens, show_progress=False)
+            bm25.index(indexable(corpus_tokens), show_progress=False)
             bm25.save(str(folder / "bm25"), show_progress=False)
             build_head_index(chunks, stem=True).save(str(folder / "bm25_head"), show_progress=False)
             phase_done()
@@ -485,8 +491,19 @@ def build_head_index(chunks: list[Chunk], *, stem: bool = False):
     """BM25 over member names and first sentences only, so a member that is *about* the question's words
     outranks a long chunk that merely mentions them."""
     head = _bm25s().BM25()
-    head.index([tokenize(head_text(c), characters=True, stem=stem) for c in chunks], show_progress=False)
+    head.index(indexable([tokenize(head_text(c), characters=True, stem=stem) for c in chunks]), show_progress=False)
     return head
+
+
+EMPTY_TOKEN = "\x00"  # no question tokenizes to it
+
+
+def indexable(corpus_tokens: list[list[str]]) -> list[list[str]]:
+    """A corpus bm25s can index: one with no token at all (a knowledge base without members has an empty member
+    field everywhere) gets a token no question has, since bm25s cannot build an empty vocabulary."""
+    if any(corpus_tokens):
+        return corpus_tokens
+    return [[EMPTY_TOKEN] for _ in corpus_tokens]
 
 
 def bm25_text(chunk: Chunk) -> str:

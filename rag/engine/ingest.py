@@ -1,5 +1,9 @@
 """Ingest (E1): read a folder of Markdown and HTML API pages into `SourceDocument`s.
 
+Each page is read by the reader its own markup calls for (readers/: Sphinx, Javadoc, Doxygen, JSDoc, TypeDoc,
+gtk-doc, plain HTML, Markdown at any heading depth) into the document model the chunker cuts; its `text` is
+that model as Markdown (a Markdown page's own body). A page that yields nothing says why (`skipped_pages`).
+
 Any bytes make a document or an `IngestError`: invalid UTF-8 is decoded with U+FFFD, NUL characters (which
 PostgreSQL refuses in text and JSON) become U+FFFD too, as in request records, and a file name that is not
 UTF-8 keeps its bytes as `\\xNN` escapes.
@@ -13,6 +17,8 @@ import os
 import re
 from pathlib import Path
 
+from .docmodel import DocPage, RawPage
+from .readers import read_page
 from .text import sha1
 from .types import SourceDocument
 
@@ -34,78 +40,15 @@ def storable(text: str) -> str:
     return SURROGATE_RE.sub("\ufffd", text.replace("\x00", "\ufffd"))
 
 
+def render_markdown(page: DocPage) -> str:
+    """A page's document model as one Markdown text: its title, then each section as read."""
+    body = "\n\n".join(section.markdown for section in page.sections)
+    return f"# {page.title}\n\n{body}\n" if page.title else body + "\n"
+
+
 def html_to_markdown(html: str) -> str:
-    """Convert an HTML API page to the Markdown structure the chunker expects (h1-h3, code fences)."""
-    from bs4 import BeautifulSoup, NavigableString, Tag
-
-    soup = BeautifulSoup(html, "html.parser")
-    for dropped in soup(["script", "style", "nav", "header", "footer", "noscript"]):
-        dropped.decompose()
-    root = soup.body or soup
-    blocks: list[str] = []
-
-    def inline(node, depth: int = 0) -> str:
-        if isinstance(node, NavigableString):
-            return str(node)
-        if node.name == "code":
-            return "`" + node.get_text() + "`"
-        if node.name == "br":
-            return "\n"
-        if depth > MAX_HTML_DEPTH:
-            return node.get_text()
-        return "".join(inline(child, depth + 1) for child in node.children)
-
-    def walk(node, depth: int = 0) -> None:
-        if depth > MAX_HTML_DEPTH:
-            text = " ".join(node.get_text(" ").split())
-            if text:
-                blocks.append(text)
-            return
-        for child in node.children:
-            if isinstance(child, NavigableString):
-                text = str(child).strip()
-                if text:
-                    blocks.append(text)
-                continue
-            if not isinstance(child, Tag):
-                continue
-            name = child.name
-            if name in {"h1", "h2", "h3", "h4", "h5", "h6"}:
-                level = min(int(name[1]), 3) if name != "h1" else 1
-                text = " ".join(child.get_text(" ").split())
-                if text:
-                    blocks.append("#" * level + " " + text)
-            elif name == "pre":
-                code = child.get_text()
-                language = ""
-                inner = child.find("code")
-                for css in (inner.get("class", []) if inner else []) + child.get("class", []):
-                    if css.startswith(("language-", "lang-")):
-                        language = css.split("-", 1)[1]
-                blocks.append(f"```{language}\n{code.rstrip()}\n```")
-            elif name in {"p", "blockquote", "dd", "dt"}:
-                text = inline(child).strip()
-                if text:
-                    blocks.append(("> " if name == "blockquote" else "") + re.sub(r"[ \t]+", " ", text))
-            elif name in {"ul", "ol"}:
-                items = [" ".join(li.get_text(" ").split()) for li in child.find_all("li", recursive=False)]
-                blocks.append("\n".join(f"- {item}" for item in items if item))
-            elif name == "table":
-                rows = []
-                for tr in child.find_all("tr"):
-                    cells = [" ".join(c.get_text(" ").split()) for c in tr.find_all(["td", "th"])]
-                    rows.append("| " + " | ".join(cells) + " |")
-                blocks.append("\n".join(rows))
-            else:
-                walk(child, depth + 1)
-
-    walk(root)
-    markdown = "\n\n".join(b for b in blocks if b)
-    if not markdown.lstrip().startswith("# "):
-        title = soup.title.get_text().strip() if soup.title else ""
-        if title:
-            markdown = f"# {title}\n\n{markdown}"
-    return markdown + "\n"
+    """Convert an HTML page to clean Markdown through the reader its markup calls for."""
+    return render_markdown(read_page(RawPage("page.html", html, ".html")))
 
 
 def split_front_matter(text: str) -> tuple[dict, str]:
@@ -205,20 +148,25 @@ def read_folder(root: Path) -> list[SourceDocument]:
         if not path.resolve().is_relative_to(real_root):
             continue  # a symlink leading out of the knowledge base
         raw = storable(path.read_text(encoding="utf-8", errors="replace"))
-        meta: dict = {}
-        if suffix in HTML_SUFFIXES:
-            text = html_to_markdown(raw)
-        else:
-            meta, text = split_front_matter(raw)
-        stem = os.fsencode(path.stem).decode("utf-8", "backslashreplace")
-        fallback = meta["title"] if isinstance(meta.get("title"), str) and meta["title"].strip() else stem
-        documents.append(
-            SourceDocument(
-                path=os.fsencode(relative.as_posix()).decode("utf-8", "backslashreplace"),
-                title=page_title(text, fallback=fallback.strip()),
-                text=text,
-                content_hash=sha1(raw),
-                meta=meta,
-            )
-        )
+        documents.append(read_document(os.fsencode(relative.as_posix()).decode("utf-8", "backslashreplace"), raw,
+                                       suffix=suffix))
     return documents
+
+
+def read_document(path: str, raw: str, *, suffix: str) -> SourceDocument:
+    """Read one page's text into a document: front matter split off a Markdown page, then its reader's model."""
+    meta: dict = {}
+    body = raw
+    if suffix in MARKDOWN_SUFFIXES:
+        meta, body = split_front_matter(raw)
+    stem = os.fsencode(Path(path).stem).decode("utf-8", "backslashreplace")
+    fallback = (meta["title"] if isinstance(meta.get("title"), str) and meta["title"].strip() else stem).strip()
+    page = read_page(RawPage(path, body, ".md" if suffix in MARKDOWN_SUFFIXES else ".html"), fallback_title=fallback)
+    text = body if suffix in MARKDOWN_SUFFIXES else render_markdown(page)
+    title = page_title(text, fallback=fallback) if suffix in MARKDOWN_SUFFIXES else (page.title or fallback)
+    return SourceDocument(path=path, title=title, text=text, content_hash=sha1(raw), meta=meta, page=page)
+
+
+def skipped_pages(documents: list[SourceDocument]) -> list[dict]:
+    """The pages that yield nothing to index, each with the reason ({"path", "reason"}), in order."""
+    return [{"path": d.path, "reason": d.page.skipped} for d in documents if d.page is not None and d.page.skipped]

@@ -65,7 +65,7 @@ class Planner:
     _phrase_re: re.Pattern | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        self._lower_classes = {n.lower(): n for n in sorted(self.catalog.classes)}
+        self._lower_classes = {n.lower(): n for n in sorted(self.catalog.classes) if self.catalog.is_class(n)}
         for name, entry in self.catalog.classes.items():
             for member in entry["members"]:
                 self._members.setdefault(member, set()).add(name)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
+from .docmodel import DocPage
+
 
 @dataclass(frozen=True, slots=True)
 class SourceDocument:
@@ -15,11 +17,12 @@ class SourceDocument:
     text: str  # without its front matter
     content_hash: str  # of the file as read, front matter included
     meta: dict = field(default_factory=dict)  # the Markdown page's YAML front matter (labels, url, …); {} when none
+    page: DocPage | None = None  # what its reader made of it; None: read from `text` as Markdown when chunked
 
 
 @dataclass(frozen=True, slots=True)
 class Chunk:
-    """One retrievable piece of a page: a `###` member or part of one."""
+    """One retrievable piece of a page: a section of its document model (a member, an overview, prose) or part of one."""
 
     chunk_id: str
     source: str
@@ -32,6 +35,8 @@ class Chunk:
     part: int  # 0 for the first (or only) piece of a section
     text: str  # the section text shown to users (heading line included)
     summary: str = ""  # the page's first descriptive sentence, indexed with every member of the page
+    anchor: str = ""  # the generator's id of the section: a citation links to `source#anchor`; "" for the page top
+    kind: str = ""  # the section's kind (method, property, class, topic, file, …); "" in versions built before
 
     @property
     def text_hash(self) -> str:

@@ -1,0 +1,13 @@
+"""Placeholder: the doxygen reader is being written (issue 27)."""
+
+from ..docmodel import DocPage, RawPage
+
+
+class DoxygenReader:
+    name = "doxygen"
+
+    def matches(self, page: RawPage) -> bool:
+        return False
+
+    def run(self, page: RawPage) -> DocPage:
+        raise NotImplementedError
