@@ -152,6 +152,8 @@ class IndexVersion(models.Model):
     corpus_hash = models.CharField(max_length=40, blank=True, help_text="Hash of every document hash")
     document_hashes = models.JSONField(default=dict, blank=True, help_text="path -> content hash at build time")
     timings = models.JSONField(default=dict, blank=True)
+    pages_skipped = models.JSONField(default=list, blank=True,
+                                     help_text="Pages that yielded nothing to index: [{path, reason}]")
     error = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True, help_text="Last sign of life of a running build")

@@ -14,6 +14,11 @@ def heading_path_text(path: tuple[str, ...]) -> str:
     return " > ".join(path[1:]) if len(path) > 1 else path[0] if path else ""
 
 
+def link_of(source: str, anchor: str) -> str:
+    """Where a section is: its page, and the generator's anchor in it when it has one (`api.html#click.echo`)."""
+    return f"{source}#{anchor}" if anchor else source
+
+
 def hit_as_dict(hit: Hit, *, kb: str, version: str) -> dict:
     """One result in the shape of seed 000's `search`, plus chunk id, class and member."""
     chunk = hit.chunk
@@ -32,6 +37,8 @@ def hit_as_dict(hit: Hit, *, kb: str, version: str) -> dict:
         "chunk_id": chunk.chunk_id,
         "class_name": chunk.class_name,
         "member": chunk.member,
+        "anchor": chunk.anchor,
+        "link": link_of(chunk.source, chunk.anchor),
     }
 
 
@@ -73,6 +80,8 @@ def citation_as_dict(citation: Citation) -> dict:
         "chunk_id": citation.chunk_id,
         "source": citation.source,
         "heading_path": heading_path_text(citation.heading_path),
+        "anchor": citation.anchor,
+        "link": link_of(citation.source, citation.anchor),
     }
 
 

@@ -35,6 +35,7 @@ class Chunk(BaseModel):
     heading_path: str
     class_name: str
     member: str
+    link: str = Field(default="", description="The page and the generator's anchor of the section (api.html#click.echo)")
     score: float
     text: str
 
@@ -64,6 +65,7 @@ class Citation(BaseModel):
     heading_path: str
     class_name: str
     member: str
+    link: str = Field(default="", description="The page and the generator's anchor of the section (api.html#click.echo)")
     text: str
 
 

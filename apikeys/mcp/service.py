@@ -124,4 +124,4 @@ def _chunk(hit, rank: int, outcome) -> dict:
     shaped = hit_as_dict(hit, kb=outcome.kb, version=outcome.version)
     return {"rank": rank, "chunk_id": shaped["chunk_id"], "source": shaped["source"], "title": shaped["title"],
             "heading_path": shaped["heading_path"], "class_name": shaped["class_name"], "member": shaped["member"],
-            "score": shaped["score"], "text": shaped["content"]}
+            "link": shaped["link"], "score": shaped["score"], "text": shaped["content"]}

@@ -100,7 +100,7 @@ def check_citations(text: str, hits: list[Hit]) -> tuple[str, tuple[Citation, ..
         for number in map(int, re.findall(r"\d+", match.group(1))):
             if 1 <= number <= len(hits):
                 chunk = hits[number - 1].chunk
-                valid.setdefault(number, Citation(number, chunk.chunk_id, chunk.source, chunk.heading_path))
+                valid.setdefault(number, Citation(number, chunk.chunk_id, chunk.source, chunk.heading_path, chunk.anchor))
                 kept.append(f"[{number}]")
             else:
                 invalid.append(number)
@@ -360,7 +360,8 @@ class ExtractiveGenerator:
                 parts.append("\n".join(quotes))
         # The citations are the sections quoted, by their evidence numbers; a bracketed number inside a
         # quote (`array[0]`) is documentation text, not a citation to check.
-        citations = tuple(Citation(i + 1, hits[i].chunk.chunk_id, hits[i].chunk.source, hits[i].chunk.heading_path)
+        citations = tuple(Citation(i + 1, hits[i].chunk.chunk_id, hits[i].chunk.source, hits[i].chunk.heading_path,
+                                   hits[i].chunk.anchor)
                           for i in sorted(cited))
         return Answer(text="\n\n".join(parts).strip(), citations=citations,
                       confidence=evidence_confidence(plan, hits), mode="extractive")

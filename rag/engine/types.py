@@ -169,6 +169,7 @@ class Citation:
     chunk_id: str
     source: str
     heading_path: tuple[str, ...]
+    anchor: str = ""  # the cited section's id in its page (the generator's), "" for the page top
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,8 @@ from django.utils import timezone
 
 from rag.engine.chunk import chunk_documents
 from rag.engine.index import IndexError_
-from rag.engine.ingest import IngestError, front_matter_labels, read_folder
+from rag.engine.ingest import (HTML_SUFFIXES, IngestError, front_matter_labels, read_document, read_folder,
+                               skipped_pages, storable)
 from rag.engine.text import sha1
 from rag.engine.types import SourceDocument
 from rag.engine.vectorpack import read_pack, write_pack
@@ -251,11 +252,19 @@ def index_build(kb: KnowledgeBase, *, progress=None, activate: bool = True,
     version.corpus_hash = corpus_hash(documents)
     version.document_hashes = {d.path: d.content_hash for d in documents}
     version.save(update_fields=["document_count", "corpus_hash", "document_hashes"])
+    chunks = chunk_documents(documents)  # what will be indexed is known before anything is embedded
+    counts: dict[str, int] = {}
+    for chunk in chunks:
+        counts[chunk.source] = counts.get(chunk.source, 0) + 1
+    version.pages_skipped = pages_skipped(documents, counts)
+    version.save(update_fields=["pages_skipped"])
+    if not chunks:
+        reasons = sorted({page["reason"] for page in version.pages_skipped})
+        message = (f"None of the {len(documents)} pages of {kb.source_dir} yields text to index "
+                   f"({'; '.join(reasons)}).")
+        _fail_version(version, message)
+        raise ServiceError("source_empty", message)
     try:
-        chunks = chunk_documents(documents)
-        counts: dict[str, int] = {}
-        for chunk in chunks:
-            counts[chunk.source] = counts.get(chunk.source, 0) + 1
         prebuilt = read_pack(Path(kb.source_dir), engine.embedder.model_id, engine.embedder.dimension)
         report = engine.store.build(kb.slug, version.name, chunks, engine.embedder,
                                     progress=_with_heartbeat(version, progress), prebuilt=prebuilt)
@@ -279,6 +288,12 @@ def index_build(kb: KnowledgeBase, *, progress=None, activate: bool = True,
     if activate:
         index_activate(version)
     return version
+
+
+def pages_skipped(documents: list[SourceDocument], counts: dict[str, int]) -> list[dict]:
+    """The pages a build leaves out, each with its reader's reason ({"path", "reason"})."""
+    skipped = {page["path"]: page["reason"] for page in skipped_pages(documents)}
+    return [{"path": d.path, "reason": skipped.get(d.path) or "no text"} for d in documents if not counts.get(d.path)]
 
 
 def _fail_version(version: IndexVersion, error: str) -> None:
@@ -475,10 +490,15 @@ def aliases_for(kb: KnowledgeBase) -> dict[str, str]:
 
 
 def read_source(*, kb: str, source: str) -> str:
-    """Return a page's Markdown; refuse anything outside the knowledge base's folder."""
+    """Return a page's Markdown as its reader reads it (an HTML page without its navigation and page chrome), or
+    one section of it for `page.html#anchor` (a result's or citation's `link`); refuse anything outside the
+    knowledge base's folder."""
     knowledge_base = kb_get(kb)
     root = _allowed_folder(knowledge_base.source_dir)
     if not isinstance(source, str) or not source or "\x00" in source:
+        raise ServiceError("invalid_source", "Give the source path of a page, relative to the knowledge base.")
+    source, _, anchor = source.partition("#")
+    if not source:
         raise ServiceError("invalid_source", "Give the source path of a page, relative to the knowledge base.")
     candidate = Path(source)
     if candidate.is_absolute() or ".." in candidate.parts:
@@ -488,7 +508,16 @@ def read_source(*, kb: str, source: str) -> str:
         raise ServiceError("source_outside_kb", "The path leads outside the knowledge base.", status=403)
     if not target.is_file():
         raise ServiceError("source_not_found", f"{source} is not a page of {kb}.", status=404)
-    return target.read_text(encoding="utf-8", errors="replace")
+    raw = storable(target.read_text(encoding="utf-8", errors="replace"))
+    if target.suffix.lower() not in HTML_SUFFIXES and not anchor:
+        return raw
+    document = read_document(source, raw, suffix=target.suffix.lower())
+    if not anchor:
+        return document.text
+    sections = [s.markdown for s in document.page.sections if s.anchor == anchor]
+    if not sections:
+        raise ServiceError("section_not_found", f"{source} has no section #{anchor}.", status=404)
+    return "\n\n".join(sections)
 
 
 def kb_source_hashes(kb: KnowledgeBase) -> dict[str, str]:

@@ -379,7 +379,8 @@ def _agentic(ask: VisionAsk, *, stream: bool, cancelled: Callable[[], bool]) -> 
                                dropped_citations=dropped, usage=usage_sum(*usages))
         citations = tuple(Citation(number=n, chunk_id=references[n - 1].chunk.chunk_id,
                                    source=references[n - 1].chunk.source or references[n - 1].chunk.title,
-                                   heading_path=tuple(references[n - 1].chunk.heading_path)) for n in used)
+                                   heading_path=tuple(references[n - 1].chunk.heading_path),
+                                   anchor=references[n - 1].chunk.anchor) for n in used)
         _record(call, Answer(text=text, citations=citations, confidence="none", mode="vision_agentic",
                              usage=result.usage, invalid_citations=dropped, model_called=True),
                 started, result=last_result)

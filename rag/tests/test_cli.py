@@ -22,13 +22,13 @@ STATUS_ADDED = {"kb", "kb_exists", "active_version", "embedding_model", "lancedb
 SEARCH_KEYS = {"ok", "command", "question", "mode", "top_k", "results"}
 SEARCH_ADDED = {"kb", "version", "plan", "excluded", "timings_ms", "request_id"}
 RESULT_KEYS = {"source", "title", "heading_path", "chunk_index", "score", "raw_score", "metadata", "content"}
-RESULT_ADDED = {"chunk_id", "class_name", "member"}
+RESULT_ADDED = {"chunk_id", "class_name", "member", "anchor", "link"}
 CONTEXT_KEYS = {"ok", "command", "question", "mode", "top_k", "context", "sources"}
 CONTEXT_ADDED = {"kb", "version", "plan", "request_id"}
 READ_KEYS = {"ok", "command", "source", "content"}
 READ_ADDED = {"kb"}
 REINDEX_KEYS = {"ok", "command", "synced_notes", "indexed_nodes", "duration_seconds"}
-REINDEX_ADDED = {"kb", "version", "chunks_embedded", "chunks_reused", "unchanged"}
+REINDEX_ADDED = {"kb", "version", "chunks_embedded", "chunks_reused", "unchanged", "pages_skipped"}
 ERROR_KEYS = {"ok", "error"}
 ERROR_ADDED = {"code"}
 
@@ -119,6 +119,7 @@ def test_search_json_has_the_seed_shape_plus_chunk_class_member_plan_and_timings
     assert first["metadata"] == {"h1": "透视相机（PerspectiveCamera）", "h2": "属性", "h3": ".fov : Float",
                                  "kb": "sdk", "version": payload["version"], "part": 0}
     assert first["content"].startswith("### .fov : Float")
+    assert (first["anchor"], first["link"]) == ("fov-float", "PerspectiveCamera.md#fov-float")
     assert isinstance(first["score"], float) and isinstance(first["raw_score"], float)
     assert payload["plan"]["classes"] == ["PerspectiveCamera"] and payload["plan"]["kind"] == "doc"
     assert {"plan", "total"} <= set(payload["timings_ms"])
@@ -178,11 +179,25 @@ def test_batch_search_prints_one_json_object_per_line_in_order(built_kb, monkeyp
 
 
 def test_read_json_returns_the_page(built_kb, corpus_copy):
-    payload = run_json("read", "--kb", "sdk", "html/Light.html")
+    payload = run_json("read", "--kb", "sdk", "PerspectiveCamera.md")
 
     assert set(payload) == READ_KEYS | READ_ADDED
-    assert (payload["ok"], payload["command"], payload["source"]) == (True, "read", "html/Light.html")
-    assert payload["content"] == (corpus_copy / "html" / "Light.html").read_text(encoding="utf-8")
+    assert (payload["ok"], payload["command"], payload["source"]) == (True, "read", "PerspectiveCamera.md")
+    assert payload["content"] == (corpus_copy / "PerspectiveCamera.md").read_text(encoding="utf-8")
+
+
+def test_read_gives_an_html_page_as_clean_markdown_and_one_section_by_its_anchor(built_kb):
+    page = run_json("read", "--kb", "sdk", "html/Light.html")["content"]
+    section = run_json("read", "--kb", "sdk", "PerspectiveCamera.md#fov-float")["content"]
+
+    assert page.startswith("# 光源（Light）\n") and "<" not in page and "首页" not in page
+    assert section.startswith("### .fov : Float") and "### .near" not in section
+
+
+def test_read_of_an_anchor_the_page_does_not_have_is_section_not_found(built_kb):
+    payload = run_json_failure("read", "--kb", "sdk", "PerspectiveCamera.md#no-such-section")
+
+    assert payload["code"] == "section_not_found"
 
 
 def test_read_refuses_paths_leading_outside_the_knowledge_base(corpus_copy, tmp_path):

@@ -73,6 +73,13 @@ def identifier_member_of(heading: str) -> str:
     return member if code_like else ""
 
 
+def slug_of(heading: str) -> str:
+    """The anchor Markdown sites give a heading (Python-Markdown's toc and GitHub alike): lowercase, punctuation
+    dropped, spaces as hyphens."""
+    text = re.sub(r"[^\w\s-]", "", heading.replace("`", "")).strip().lower()
+    return re.sub(r"[-\s]+", "-", text)
+
+
 def normalise(body: str) -> str:
     """MkDocs admonitions and tabs, Docusaurus admonitions and MDX imports as plain Markdown (outside code)."""
     if not any(marker in body for marker in ("!!!", "???", "===", ":::", "import ", "export ")):
@@ -157,7 +164,7 @@ def _member_sections(lines: list[str]) -> tuple[str, list[Section]]:
             headings = tuple(h for h in (current_h2, current_h3) if h)
             member = member_of(current_h3) if current_h3 else ""
             sections.append(Section(markdown=text, headings=headings, member=member,
-                                    kind="member" if member else "topic"))
+                                    kind="member" if member else "topic", anchor=slug_of(headings[-1]) if headings else ""))
 
     for line in lines:
         if FENCE_RE.match(line):
@@ -194,7 +201,7 @@ def _heading_sections(lines: list[str]) -> tuple[str, list[Section]]:
         headings = tuple(h for _, h in stack)
         member = identifier_member_of(stack[-1][1]) if stack else ""
         sections.append(Section(markdown=text, headings=headings, member=member,
-                                kind="member" if member else "topic"))
+                                kind="member" if member else "topic", anchor=slug_of(headings[-1]) if headings else ""))
 
     for line in lines:
         if FENCE_RE.match(line):

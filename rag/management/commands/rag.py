@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 from django.conf import settings
@@ -296,6 +297,7 @@ class Command(BaseCommand):
             "chunks_embedded": 0 if unchanged else version.chunks_embedded,
             "chunks_reused": version.chunk_count if unchanged else version.chunks_reused,
             "unchanged": unchanged,
+            "pages_skipped": version.pages_skipped,
         }
         if gate is not None:
             payload["activated"] = gate.activated
@@ -372,8 +374,13 @@ class Command(BaseCommand):
         if "gate" in p:
             return (f"{p['kb']}: version {p['version']} passed the gate and is active · {p['indexed_nodes']} chunks\n"
                     + self._human_gate(p))
-        return (f"{p['kb']}: version {p['version']} active · {p['synced_notes']} documents · {p['indexed_nodes']} chunks "
+        line = (f"{p['kb']}: version {p['version']} active · {p['synced_notes']} documents · {p['indexed_nodes']} chunks "
                 f"({p['chunks_embedded']} embedded, {p['chunks_reused']} reused) in {p['duration_seconds']:.1f} s")
+        skipped = p.get("pages_skipped") or []
+        if skipped:
+            reasons = Counter(page["reason"] for page in skipped)
+            line += f"\n{len(skipped)} pages skipped: " + ", ".join(f"{n} {reason}" for reason, n in reasons.most_common())
+        return line
 
 
 def printable(text: str) -> str:
