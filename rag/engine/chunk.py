@@ -197,7 +197,7 @@ class Chunker:
         if sections and self.boilerplate and len(sections) > 1:
             sections[-1] = replace(sections[-1], markdown=self._strip_footer(sections[-1].markdown))
         for section in sections:
-            if not _has_body(section.markdown) or (
+            if not (_has_body(section.markdown) or section.signature and section.kind != "topic") or (
                     section.kind == "topic" and not section.member and section.headings and page.kind == PAGE_API
                     and self._is_boilerplate(section.markdown)):  # a pointer between members, not prose of a guide
                 continue

@@ -18,6 +18,14 @@ MARKUP_RE = re.compile(r'<dl class="(?:py|c|cpp|js) |class="sphinxsidebar"|_stat
                        r'id="searchbox"|class="headerlink"')
 
 
+def _owner_object(element):
+    """The nearest object description around an element (a method's class), None at the top."""
+    for ancestor in element.iterancestors("dl"):
+        if object_type(ancestor)[0]:
+            return ancestor
+    return None
+
+
 def object_type(dl) -> tuple[str, str]:
     """(domain, object type) of a Sphinx object description: `<dl class="py method">` -> ("py", "method")."""
     names = (dl.get("class") or "").split()
@@ -81,7 +89,7 @@ class SphinxReader:
         name = short_name(symbol)
         signature = text_of(dt)
         overloads = "\n".join(text_of(d) for d in signatures[1:])
-        nested = description.xpath(OBJECT_XPATH.replace(".//", "./")) if description is not None else []
+        nested = [d for d in description.xpath(OBJECT_XPATH) if _owner_object(d) is dl] if description is not None else []
         nested_set = set(nested)
         converter = sections.converter
         body = ""
