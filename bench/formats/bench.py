@@ -210,11 +210,11 @@ def summarize(flags: list[dict]) -> dict:
 
 def retrieval_report(ref: str, root: Path, documents, chunks, store: IndexStore, embedder, queries) -> dict:
     questions = load_questions(ref)
-    if not questions:
-        return {}
     started = time.perf_counter()
     build = store.build(ref, "bench", chunks, embedder)
     build_s = time.perf_counter() - started
+    if not questions:
+        return {"build_s": round(build_s, 1), "embedded": build.embedded}
     reader = VersionReader.open(store, ref, "bench")
     searcher = Searcher(reader=reader, queries=queries, planner=Planner(reader.catalog))
     index, paths = page_bm25(root, documents)
@@ -258,7 +258,7 @@ def print_tables(results: dict) -> None:
     print("|---|---|---|---|---|---|---|---|")
     for ref, r in results.items():
         ret = r.get("retrieval")
-        if not ret:
+        if not ret or "engine" not in ret:
             continue
         cells = []
         for key in ("page_hit5", "page_hit1", "class_hit", "member_hit3", "false_empty", "negatives_empty"):

@@ -41,6 +41,11 @@ def typo_budget(length: int) -> int:
     return 1 if length <= 6 else 2 if length <= 12 else 3
 
 
+def is_snake_case(token: str) -> bool:
+    """`get_current_context`, `CAIRO_FORMAT_ARGB32`, `max_age`: a name with an inner underscore is code, never a word."""
+    return "_" in token.strip("_") and re.search(r"[A-Za-z]", token) is not None
+
+
 def looks_like_api(token: str, *, in_chinese: bool = True) -> bool:
     """Read camelCase identifiers (`ArcRotateCamera`) as API names; in Chinese text a capitalised Latin word
     (`Rigidbody`) too, while in English prose capitals also start sentences, so only inner capitals count."""
@@ -140,11 +145,12 @@ class Planner:
                 if corrected:
                     add(classes, corrected)
                     corrections.append((token, corrected))
-                elif looks_like_api(token, in_chinese=is_chinese) or explicit_member:
+                elif looks_like_api(token, in_chinese=is_chinese) or explicit_member or is_snake_case(token):
                     pending_members.append(token)
 
         for token in pending_members:
-            corrected = self._near_member(token, classes) or self._singular(token)
+            corrected = (self._near_member(token, classes) or self._singular(token)
+                         or (None if classes else self._near_any_member(token)))
             if corrected in self.catalog.classes:
                 add(classes, corrected)
                 corrections.append((token, corrected))
@@ -223,7 +229,7 @@ class Planner:
         if len(token) < 2:  # `x`, `y`, `z` of a pasted `rotation.z` name no member worth a route
             return None
         if token in self._members:
-            if explicit or terse or re.search(r"[a-z][A-Z]", token):
+            if explicit or terse or re.search(r"[a-z][A-Z]", token) or is_snake_case(token):
                 return token
             return None
         member = self._lower_members.get(token.lower())
@@ -248,6 +254,16 @@ class Planner:
         match = process.extractOne(token.lower(), self._lower_classes.keys(), scorer=Levenshtein.distance,
                                    score_cutoff=budget)
         return self._lower_classes[match[0]] if match else None
+
+    def _near_any_member(self, token: str) -> str | None:
+        """A misspelt member when the question names no class: only a long code-shaped name (camelCase or
+        snake_case, 8 characters or more) is compared with every member, within one edit (two from 12)."""
+        if len(token) < 8 or not (re.search(r"[a-z0-9][A-Z]", token) or is_snake_case(token)):
+            return None
+        budget = 1 if len(token) < 12 else 2
+        match = process.extractOne(token.lower(), self._lower_members.keys(), scorer=Levenshtein.distance,
+                                   score_cutoff=budget)
+        return self._lower_members[match[0]] if match else None
 
     def _near_member(self, token: str, classes: list[str]) -> str | None:
         candidates = sorted({m for c in classes for m in self.catalog.classes[c]["members"]})

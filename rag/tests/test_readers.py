@@ -1,0 +1,206 @@
+"""Readers: Sphinx, plain HTML and Markdown at any depth into the document model, and what the chunker,
+the catalog and a build make of it. The other generators' readers have their own test modules."""
+
+from pathlib import Path
+
+import pytest
+
+from rag.engine.catalog import Catalog
+from rag.engine.chunk import chunk_documents
+from rag.engine.docmodel import PAGE_GUIDE, PAGE_INDEX, RawPage
+from rag.engine.ingest import read_document, read_folder, skipped_pages
+from rag.engine.plan import Planner
+from rag.engine.readers import read_page, reader_for
+
+FIXTURES = Path(__file__).parent / "fixtures" / "readers"
+CHROME = ("¶", "[source]", "Navigation", "Quick search", "Table of Contents", "index</a>", "Related Topics")
+
+
+def sphinx_page(name: str):
+    text = (FIXTURES / "sphinx" / name).read_text(encoding="utf-8")
+    return read_page(RawPage(name, text, ".html"))
+
+
+# -- Sphinx ------------------------------------------------------------------------------------------
+
+
+def test_a_sphinx_page_is_recognised_from_its_markup():
+    page = RawPage("local.html", (FIXTURES / "sphinx" / "werkzeug-local.html").read_text(encoding="utf-8"), ".html")
+
+    assert reader_for(page).name == "sphinx"
+
+
+def test_a_sphinx_page_documents_its_module_and_each_object_is_a_section_with_its_id():
+    page = sphinx_page("werkzeug-local.html")
+
+    assert (page.title, page.symbol, page.generator) == ("Context Locals", "werkzeug.local", "sphinx")
+    pop = next(s for s in page.sections if s.anchor == "werkzeug.local.LocalStack.pop")
+    assert (pop.member, pop.owner, pop.kind, pop.symbol) == ("pop", "LocalStack", "method", "werkzeug.local.LocalStack.pop")
+    assert pop.markdown.startswith(f"### {pop.signature}") and pop.signature.startswith("pop()")
+    assert pop.headings[-2:] == ("LocalStack", pop.signature)
+
+
+def test_a_sphinx_class_is_an_overview_section_and_its_members_belong_to_it():
+    page = sphinx_page("jinja2-sandbox.html")
+
+    environment = next(s for s in page.sections if s.anchor == "jinja2.sandbox.SandboxedEnvironment")
+    members = [s for s in page.sections if s.owner == "SandboxedEnvironment" and s.member]
+    assert (environment.kind, environment.member, environment.owner) == ("class", "", "SandboxedEnvironment")
+    assert {"call_binop", "call_unop", "is_safe_attribute"} <= {s.member for s in members}
+
+
+def test_a_module_level_function_belongs_to_the_page_module():
+    page = sphinx_page("werkzeug-local.html")
+
+    release = next(s for s in page.sections if s.member == "release_local")
+
+    assert (release.owner, release.kind) == ("", "function")
+
+
+def test_sphinx_sections_carry_no_page_chrome():
+    for name in ("werkzeug-local.html", "jinja2-sandbox.html"):
+        page = sphinx_page(name)
+
+        text = "\n".join(s.markdown for s in page.sections)
+        assert not [mark for mark in CHROME if mark in text], name
+        assert "Navigation" not in {h for s in page.sections for h in s.headings}
+
+
+def test_prose_is_cut_at_its_headings_and_code_stays_fenced():
+    page = sphinx_page("werkzeug-local.html")
+
+    prose = [s for s in page.sections if s.kind == "topic" and s.headings]
+    assert "Proxy Objects" in {s.headings[-1] for s in prose}
+    assert any("```" in s.markdown for s in page.sections)
+
+
+def test_a_sphinx_index_page_is_skipped_with_its_reason():
+    page = sphinx_page("click-genindex.html")
+
+    assert (page.kind, page.skipped) == (PAGE_INDEX, "index or search page")
+
+
+def test_sphinx_bases_line_gives_the_catalog_its_ancestors(tmp_path):
+    (tmp_path / "api.html").write_text(
+        '<html><head><meta name="generator" content="Sphinx 7.2"></head><body><div class="body" role="main">'
+        '<h1>API</h1><span id="module-pkg"></span>'
+        '<dl class="py class"><dt class="sig sig-object py" id="pkg.Base"><em>class</em> pkg.Base()</dt>'
+        '<dd><p>The base.</p></dd></dl>'
+        '<dl class="py class"><dt class="sig sig-object py" id="pkg.Child"><em>class</em> pkg.Child(x)</dt>'
+        '<dd><p>Bases: <code class="xref py py-class docutils literal"><span class="pre">pkg.core.Base</span></code></p>'
+        '<p>A child of the base.</p>'
+        '<dl class="py method"><dt class="sig sig-object py" id="pkg.Child.run"><span class="sig-name descname">'
+        '<span class="pre">run</span></span>()</dt><dd><p>Run it.</p></dd></dl></dd></dl></div></body></html>',
+        encoding="utf-8")
+
+    catalog = Catalog.from_chunks(chunk_documents(read_folder(tmp_path)))
+
+    assert catalog.ancestors("Child") == ["Base"]
+    assert catalog.classes["Child"]["members"] == ["run"]
+    assert catalog.owner_of("run", "Child") == "Child"
+
+
+# -- plain HTML ----------------------------------------------------------------------------------------
+
+
+def test_plain_html_is_read_from_its_main_content_without_navigation_header_or_footer():
+    html = ("<html><head><title>Widgets | Docs</title></head><body><nav>Home Products</nav><header>Site</header>"
+            "<main><h1>Widgets</h1><p>Widgets hold things.</p><h2>open()</h2><p>Opens the widget.</p>"
+            "<h2>Usage</h2><p>Call it first.</p></main><footer>© 2026 Example</footer></body></html>")
+
+    page = read_page(RawPage("widgets.html", html, ".html"))
+
+    assert (page.title, page.symbol, page.generator) == ("Widgets", "Widgets", "html")
+    assert [(s.member, s.headings) for s in page.sections] == [("", ()), ("open", ("open()",)), ("", ("Usage",))]
+    text = "\n".join(s.markdown for s in page.sections)
+    assert "Home" not in text and "©" not in text
+
+
+def test_html_deeper_than_the_parser_follows_is_read_as_text():
+    html = "<h1>Deep</h1>" + "<div>" * 3000 + "the innermost words" + "</div>" * 3000
+
+    page = read_page(RawPage("deep.html", html, ".html"))
+
+    assert "the innermost words" in "\n".join(s.markdown for s in page.sections)
+
+
+# -- Markdown at any depth -------------------------------------------------------------------------------
+
+
+def test_a_markdown_site_page_without_h3_is_cut_at_its_own_headings():
+    body = ("# Sessions\n\nHow sessions work.\n\n## Installation\n\nRun pip install.\n\n"
+            "## `Session.get(url)`\n\nSend a GET request.\n\n#### Parameters\n\n- url: where\n\n## max_retries\n\n"
+            "How many times to retry a failed request.\n")
+
+    page = read_page(RawPage("sessions.md", body, ".md"))
+
+    assert page.kind == "api"
+    assert [(s.member, s.headings, s.anchor) for s in page.sections] == [
+        ("", (), ""), ("", ("Installation",), "installation"), ("get", ("`Session.get(url)`",), "sessiongeturl"),
+        ("", ("`Session.get(url)`", "Parameters"), "parameters"), ("max_retries", ("max_retries",), "max_retries")]
+
+
+def test_mkdocs_admonitions_and_tabs_and_docusaurus_admonitions_become_plain_markdown():
+    body = ('# Guide\n\n!!! warning "Careful"\n    Do not do this.\n\n=== "Python"\n    ```python\n    run()\n    ```\n\n'
+            ":::tip Remember\nSave first.\n:::\n")
+
+    page = read_page(RawPage("guide.md", body, ".md"))
+
+    text = page.sections[0].markdown
+    assert "> **Warning: Careful**" in text and "\nDo not do this." in text
+    assert "**Python**\n```python\nrun()\n```" in text
+    assert "> **Tip: Remember**" in text and ":::" not in text
+
+
+def test_the_reference_shape_keeps_its_h3_members_and_h2_groups():
+    body = "# 雾（Fog）\n\n雾会让远处变淡。\n\n## 属性\n\n### .near : Float\n\n默认值为 1。\n"
+
+    page = read_page(RawPage("Fog.md", body, ".md"))
+
+    assert (page.symbol, page.alias) == ("Fog", "雾")
+    assert [(s.member, s.headings) for s in page.sections] == [("", ()), ("near", ("属性", ".near : Float"))]
+
+
+def test_a_page_that_yields_nothing_is_listed_with_its_reason(tmp_path):
+    (tmp_path / "genindex.html").write_bytes((FIXTURES / "sphinx" / "click-genindex.html").read_bytes())
+    (tmp_path / "empty.md").write_text("", encoding="utf-8")
+    (tmp_path / "Page.md").write_text("# Page\n\nSome text.\n", encoding="utf-8")
+
+    documents = read_folder(tmp_path)
+
+    assert skipped_pages(documents) == [{"path": "empty.md", "reason": "no text"},
+                                        {"path": "genindex.html", "reason": "index or search page"}]
+    assert {c.source for c in chunk_documents(documents)} == {"Page.md"}
+
+
+def test_a_guide_page_keeps_its_short_sections():
+    document = read_document("guide.md", "# Guide\n\nIntro text here.\n\n## Install\n\nRun it.\n", suffix=".md")
+
+    chunks = chunk_documents([document])
+
+    assert document.page.kind == PAGE_GUIDE
+    assert [c.heading_path for c in chunks] == [("Guide",), ("Guide", "Install")]
+
+
+# -- planning on such catalogs ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def python_catalog(tmp_path):
+    (tmp_path / "api.md").write_text(
+        "# click\n\n## get_current_context()\n\nReturn the current context.\n\n"
+        "## echo(message)\n\nPrint a message.\n", encoding="utf-8")
+    return Catalog.from_chunks(chunk_documents(read_folder(tmp_path)))
+
+
+def test_a_snake_case_member_in_english_prose_is_read_as_that_member(python_catalog):
+    plan = Planner(python_catalog).run("how do I call get_current_context from a helper function")
+
+    assert plan.members == ("get_current_context",)
+
+
+def test_a_misspelt_snake_case_member_is_corrected_when_no_class_is_named(python_catalog):
+    plan = Planner(python_catalog).run("what does get_curent_context return when there is none")
+
+    assert plan.members == ("get_current_context",)
+    assert ("get_curent_context", "get_current_context") in plan.corrections
