@@ -7,7 +7,7 @@ import re
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, replace
 
-from .docmodel import PAGE_API, PAGE_FILE, DocPage, RawPage
+from .docmodel import PAGE_API, PAGE_FILE, PAGE_GUIDE, DocPage, RawPage, Section
 from .readers.markdown import MarkdownReader, class_alias_of, class_name_of, member_of  # noqa: F401 - re-exported
 from .text import sha1
 from .types import Chunk, SourceDocument
@@ -165,13 +165,14 @@ class Chunker:
     boilerplate: frozenset[str] = frozenset()  # from find_boilerplate() over the whole corpus
     min_note_chars: int = 40  # a headed section without a member shorter than this is a pointer, not an answer
 
-    def _is_boilerplate(self, text: str) -> bool:
+    def _is_boilerplate(self, text: str, *, notes: bool = True) -> bool:
         """A section with no code that only points elsewhere: every prose line repeats across the corpus
-        (footers, source paths), or the whole note is shorter than `min_note_chars` ("see the base class")."""
+        (footers, source paths), or, with `notes`, the whole note is shorter than `min_note_chars` ("see the
+        base class": between the members of an API page; a guide's short section is still prose)."""
         if any(FENCE_RE.match(line) for line in text.splitlines()):
             return False
         lines = list(_prose_lines(text))
-        if sum(len(line.strip()) for line in lines) < self.min_note_chars:
+        if notes and sum(len(line.strip()) for line in lines) < self.min_note_chars:
             return True
         return bool(lines) and all(_boilerplate_key(line) in self.boilerplate for line in lines)
 
@@ -192,14 +193,16 @@ class Chunker:
             return []
         title = page.title or document.title
         sections = list(page.sections)
+        if page.kind == PAGE_GUIDE and page.generator == "markdown" and len(document.text.strip()) <= self.max_chars:
+            sections = [Section(markdown=document.text.strip())]  # a page shorter than one chunk stays one
         summaries = _summaries(page)
         chunks: list[Chunk] = []
         if sections and self.boilerplate and len(sections) > 1:
             sections[-1] = replace(sections[-1], markdown=self._strip_footer(sections[-1].markdown))
         for section in sections:
             if not (_has_body(section.markdown) or section.signature and section.kind != "topic") or (
-                    section.kind == "topic" and not section.member and section.headings and page.kind == PAGE_API
-                    and self._is_boilerplate(section.markdown)):  # a pointer between members, not prose of a guide
+                    section.kind == "topic" and not section.member and section.headings
+                    and self._is_boilerplate(section.markdown, notes=page.kind == PAGE_API)):
                 continue
             owner = section.owner or page.symbol
             kind = "file" if page.kind == PAGE_FILE and not section.member and owner == page.symbol else section.kind

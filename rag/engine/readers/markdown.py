@@ -163,8 +163,10 @@ def _member_sections(lines: list[str]) -> tuple[str, list[Section]]:
         if text:
             headings = tuple(h for h in (current_h2, current_h3) if h)
             member = member_of(current_h3) if current_h3 else ""
+            # A `###` section stands where members stand, even under a heading that names no identifier (例子).
             sections.append(Section(markdown=text, headings=headings, member=member,
-                                    kind="member" if member else "topic", anchor=slug_of(headings[-1]) if headings else ""))
+                                    kind="member" if current_h3 else "topic",
+                                    anchor=slug_of(headings[-1]) if headings else ""))
 
     for line in lines:
         if FENCE_RE.match(line):
