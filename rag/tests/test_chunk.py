@@ -126,14 +126,23 @@ def test_chunk_positions_and_ids_are_unique_and_stable(fixture_corpus):
     assert [c.chunk_index for c in first] == list(range(len(first)))
 
 
-def test_a_page_without_member_headings_is_cut_at_its_own_headings():
+def test_a_page_without_member_headings_shorter_than_a_chunk_is_one_chunk():
     document = make_document("# 快速入门\n\n先安装依赖。\n\n## 安装\n\n运行安装命令即可。\n")
 
     chunks = Chunker().run(document)
 
-    assert [(c.class_name, c.member, c.heading_path) for c in chunks] == [
-        ("快速入门", "", ("快速入门",)), ("快速入门", "", ("快速入门", "安装"))]
-    assert "运行安装命令即可" in chunks[1].text
+    assert len(chunks) == 1
+    assert (chunks[0].class_name, chunks[0].member) == ("快速入门", "")
+    assert "运行安装命令即可" in chunks[0].text
+
+
+def test_a_longer_page_without_member_headings_is_cut_at_its_own_headings():
+    document = make_document("# 快速入门\n\n先安装依赖。\n\n## 安装\n\n" + "运行安装命令即可。" * 100 + "\n\n## 配置\n\n写好配置文件。\n")
+
+    chunks = Chunker().run(document)
+
+    assert list(dict.fromkeys(c.heading_path for c in chunks)) == [("快速入门",), ("快速入门", "安装"), ("快速入门", "配置")]
+    assert chunks[-1].text == "## 配置\n\n写好配置文件。"
 
 
 def test_headings_without_body_make_no_chunk(fixture_chunks):
