@@ -7,7 +7,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 export OPENBLAS_NUM_THREADS ?= 1
 
-.PHONY: install run prod test test-fast test-clock bench bench-load bench-scale bench-ops bench-cli migrate clean
+.PHONY: install run prod test test-fast test-clock bench bench-formats bench-load bench-scale bench-ops bench-cli migrate clean
 
 $(STAMP): requirements.txt
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "$(PYTHON) not found; set PYTHON=python3.11" >&2; exit 1; }
@@ -77,6 +77,13 @@ bench: install
 	$(PY) bench/retrieval.py
 	$(PY) bench/cli.py
 	$(PY) bench/confidence.py
+
+# Real API references as their generators wrote them (Debian's Sphinx, Javadoc, Doxygen and gtk-doc packages; TypeDoc,
+# JSDoc and a Markdown site generated from npm and PyPI): read, built and asked (bench/formats/bench.py).
+# BENCH_FORMATS_ARGS="--refs click,cairo" narrows it; the references are laid out under data/bench-formats.
+bench-formats: install
+	bash bench/formats/prepare.sh $${RAG_DATA_DIR:-data}/bench-formats
+	$(PY) bench/formats/bench.py $(BENCH_FORMATS_ARGS)
 
 bench-load: install
 	$(PY) bench/load.py

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+from urllib.parse import quote
+
+ANCHOR_SAFE = "()-._~:,!$*+;=@/'"  # characters a URL fragment may hold as they are (RFC 3986)
 
 if TYPE_CHECKING:
     from rag.engine.types import Citation, Hit
@@ -15,8 +18,9 @@ def heading_path_text(path: tuple[str, ...]) -> str:
 
 
 def link_of(source: str, anchor: str) -> str:
-    """Where a section is: its page, and the generator's anchor in it when it has one (`api.html#click.echo`)."""
-    return f"{source}#{anchor}" if anchor else source
+    """Where a section is: its page, and the generator's anchor in it when it has one (`api.html#click.echo`),
+    percent-encoded where a URL needs it (Javadoc's `<init>(int)` is `%3Cinit%3E(int)`, as its own links write it)."""
+    return f"{source}#{quote(anchor, safe=ANCHOR_SAFE)}" if anchor else source
 
 
 def hit_as_dict(hit: Hit, *, kb: str, version: str) -> dict:

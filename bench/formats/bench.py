@@ -51,7 +51,8 @@ MEMBER_XPATHS = {
               " or contains(concat(' ', @class, ' '), ' cpp ') or contains(concat(' ', @class, ' '), ' js ')]"
               "/dt[@id]/@id",
     "javadoc": "//section[contains(concat(' ', @class, ' '), ' detail ')]/@id"
-               "|//a[@name and following-sibling::*[1][self::ul]/li/h4]/@name",
+               "|//a[@name and following-sibling::*[1][self::ul]/li/h4]/@name"
+               "|//a[@id and following-sibling::*[1][self::ul]/li/h4]/@id",
     "doxygen": "//h2[contains(concat(' ', @class, ' '), ' memtitle ')]/preceding-sibling::a[1]/@id"
                "|//tr[starts-with(@class, 'memitem:')]/td[contains(@class, 'memItemLeft')]/a[@id]/@id",
     "gtkdoc": "//div[contains(concat(' ', @class, ' '), ' refsect2 ')]/a[1]/@name",

@@ -8,6 +8,7 @@ import secrets
 import socket
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
@@ -24,6 +25,7 @@ from rag.errors import ServiceError
 from rag.models import ClassAlias, Document, DocumentLabel, IndexVersion, KnowledgeBase, Label, LabelValue
 from rag.pipeline import REOPEN_AFTER_SECONDS, get_engine
 from rag.queue import enqueue
+from rag.shapes import ANCHOR_SAFE
 
 log = logging.getLogger(__name__)
 
@@ -514,7 +516,7 @@ def read_source(*, kb: str, source: str) -> str:
     document = read_document(source, raw, suffix=target.suffix.lower())
     if not anchor:
         return document.text
-    sections = [s.markdown for s in document.page.sections if s.anchor == anchor]
+    sections = [s.markdown for s in document.page.sections if anchor in (s.anchor, quote(s.anchor, safe=ANCHOR_SAFE))]
     if not sections:
         raise ServiceError("section_not_found", f"{source} has no section #{anchor}.", status=404)
     return "\n\n".join(sections)

@@ -174,12 +174,14 @@ def test_a_page_that_yields_nothing_is_listed_with_its_reason(tmp_path):
 
 
 def test_a_guide_page_keeps_its_short_sections():
-    document = read_document("guide.md", "# Guide\n\nIntro text here.\n\n## Install\n\nRun it.\n", suffix=".md")
+    intro = "Intro text here, long enough to make the page longer than one chunk. " * 12
+    document = read_document("guide.md", f"# Guide\n\n{intro}\n\n## Install\n\nRun it.\n", suffix=".md")
 
     chunks = chunk_documents([document])
 
     assert document.page.kind == PAGE_GUIDE
-    assert [c.heading_path for c in chunks] == [("Guide",), ("Guide", "Install")]
+    assert list(dict.fromkeys(c.heading_path for c in chunks)) == [("Guide",), ("Guide", "Install")]
+    assert chunks[-1].text == "## Install\n\nRun it."
 
 
 # -- planning on such catalogs ---------------------------------------------------------------------------
