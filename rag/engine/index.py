@@ -32,7 +32,7 @@ os.environ.setdefault("LANCEDB_LOG", "error")  # LanceDB warns on every new tabl
 
 from .catalog import Catalog  # noqa: E402
 from .objects import RemoteFolders  # noqa: E402
-from .probes import PROBES  # noqa: E402
+from .probes import PROBES, probe_language  # noqa: E402
 from .embed import Embedder  # noqa: E402
 from .text import add_words, tokenize  # noqa: E402
 from .types import Chunk  # noqa: E402
@@ -411,8 +411,13 @@ class IndexStore:
 
             t0 = time.perf_counter()
             probe_vectors = np.stack([embedder.embed_query(p) for p in PROBES])
+            nearest = (probe_vectors @ vectors.T).max(axis=1)
             manifest = {
-                "offtopic_similarity": float((probe_vectors @ vectors.T).max(axis=1).max()),
+                "offtopic_similarity": float(nearest.max()),
+                "language": corpus_language(chunks),
+                "offtopic_similarity_by_language": {
+                    language: float(max(s for s, probe in zip(nearest, PROBES) if probe_language(probe) == language))
+                    for language in sorted({probe_language(p) for p in PROBES})},
                 "kb": kb,
                 "version": version,
                 "model_id": embedder.model_id,
@@ -476,6 +481,12 @@ class IndexStore:
         if self.remote is not None:
             return self.remote.read(f"{kb}/{version}/{MANIFEST}") is not None
         return (self.version_dir(kb, version) / MANIFEST).exists()
+
+
+def corpus_language(chunks: list[Chunk]) -> str:
+    """The language most chunks are written in, "zh" or "en" (probes.probe_language of each chunk's text)."""
+    chinese = sum(1 for c in chunks if probe_language(c.text) == "zh")
+    return "zh" if chinese * 2 > len(chunks) else "en"
 
 
 def head_text(chunk: Chunk) -> str:

@@ -13,6 +13,19 @@ farewells, questions about the assistant, and everyday small talk, in Chinese an
 anything a documentation set would.
 """
 
+def probe_language(text: str) -> str:
+    """"zh" for a text with Chinese characters, else "en": the language a probe, or a question, is written in."""
+    return "zh" if any("\u3400" <= ch <= "\u9fff" for ch in text) else "en"
+
+
+def offtopic_similarity(manifest: dict, question: str) -> float | None:
+    """How close off-topic probes in the question's language come to the corpus (the gate's calibration): a
+    Chinese question over an English reference sits farther from every chunk than English small talk does, so
+    it is compared with the Chinese probes. Versions built before keep the one figure over all probes."""
+    by_language = manifest.get("offtopic_similarity_by_language") or {}
+    return by_language.get(probe_language(question), manifest.get("offtopic_similarity"))
+
+
 PROBES = (
     "你好，最近过得怎么样？",
     "明天会不会下雨，要不要带外套？",

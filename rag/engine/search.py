@@ -17,6 +17,7 @@ from .fuse import rrf_fuse
 from .gate import EXEMPLAR_VECTORS, ChitchatGate, ExemplarVectors, weighted_coverage
 from .index import VersionReader, top_positions
 from .plan import Planner
+from .probes import offtopic_similarity, probe_language
 from .rerank import RERANK_CANDIDATES, Reranker, RerankResult
 from .retrieve import MAX_BM25_ROUTES, Bm25Retriever, Bm25Routes, DenseRetriever, DenseRoutes, elapsed_ms
 from .rewrite import QueryRewriter, RewriteRetriever
@@ -76,13 +77,17 @@ class Searcher:
             dense = self.dense.run(plan, ranked=mode != "bm25")
             timings.update(embed=dense.embed_ms, embed_cached=dense.cached, dense=dense.search_ms)
 
-        offtopic = reader.manifest.get("offtopic_similarity")
+        offtopic = offtopic_similarity(reader.manifest, plan.question)
         coverage = reader.vocabulary_coverage(tokens)
         exemplar = weighted = None
         if dense is not None and not _names_something(plan):
             weighted = weighted_coverage(tokens, reader.document_frequency, reader.bm25_count)
             vector, _ = self.queries.embed_query(plan.corrected_question)  # cached by the dense route
-            exemplar = self.exemplars.similarity(self.queries.embedder, vector)
+            # Nearer a chitchat exemplar than every chunk means small talk only when the question is written in
+            # the corpus's language: a Chinese question over an English reference is farther from every chunk
+            # than from any Chinese sentence, so there the calibrated probes of its language decide alone.
+            if reader.manifest.get("language", probe_language(plan.question)) == probe_language(plan.question):
+                exemplar = self.exemplars.similarity(self.queries.embedder, vector)
         if dense is not None and self.gate.is_chitchat(plan, dense.best_similarity, coverage, offtopic,
                                                        exemplar_similarity=exemplar, weighted_coverage=weighted):
             timings["total"] = elapsed_ms(started)

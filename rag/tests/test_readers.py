@@ -206,3 +206,30 @@ def test_a_misspelt_snake_case_member_is_corrected_when_no_class_is_named(python
 
     assert plan.members == ("get_current_context",)
     assert ("get_curent_context", "get_current_context") in plan.corrections
+
+
+# -- the chitchat gate's calibration by language ---------------------------------------------------------
+
+
+def test_the_gate_compares_a_question_with_the_probes_of_its_own_language():
+    from rag.engine.probes import offtopic_similarity
+
+    manifest = {"offtopic_similarity": 0.86, "offtopic_similarity_by_language": {"en": 0.86, "zh": 0.79}}
+
+    assert offtopic_similarity(manifest, "click 怎么给命令加一个必填选项？") == 0.79
+    assert offtopic_similarity(manifest, "How do I make an option required?") == 0.86
+    assert offtopic_similarity({"offtopic_similarity": 0.8}, "任何问题") == 0.8  # a version built before
+
+
+def test_a_knowledge_base_without_members_builds_and_records_its_language(tmp_path, tmp_store, real_embedder):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "guide.md").write_text("# Guide\n\nInstall it first.\n\n## Usage\n\nRun it.\n",
+                                                encoding="utf-8")
+    chunks = chunk_documents(read_folder(tmp_path / "docs"))
+
+    tmp_store.build("kb", "v1", chunks, real_embedder)
+
+    manifest = tmp_store.load_manifest("kb", "v1")
+    assert not any(c.member for c in chunks)
+    assert manifest["language"] == "en"
+    assert set(manifest["offtopic_similarity_by_language"]) == {"en", "zh"}
