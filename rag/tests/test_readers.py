@@ -147,9 +147,22 @@ def test_mkdocs_admonitions_and_tabs_and_docusaurus_admonitions_become_plain_mar
     page = read_page(RawPage("guide.md", body, ".md"))
 
     text = page.sections[0].markdown
-    assert "> **Warning: Careful**" in text and "\nDo not do this." in text
+    assert "> **Warning: Careful**\n> Do not do this." in text
     assert "**Python**\n```python\nrun()\n```" in text
     assert "> **Tip: Remember**" in text and ":::" not in text
+
+
+def test_a_site_page_whose_h3_headings_are_prose_is_cut_at_every_heading():
+    body = ("# Requests\n\nIntro.\n\n## Using requests\n\nHow to.\n\n### Common patterns\n\nPatterns.\n\n"
+            "#### Headers\n\nHeader text.\n\n## CORSMiddleware\n\nAdds CORS headers.\n\n"
+            "::: starlette.requests.Request\n    options:\n      show_source: false\n")
+
+    page = read_page(RawPage("requests.md", body, ".md"))
+
+    assert [(s.member, s.headings[-1] if s.headings else "") for s in page.sections] == [
+        ("", ""), ("", "Using requests"), ("", "Common patterns"), ("", "Headers"), ("CORSMiddleware", "CORSMiddleware")]
+    assert page.sections[-1].markdown.endswith("`starlette.requests.Request`")
+    assert "show_source" not in page.sections[-1].markdown
 
 
 def test_the_reference_shape_keeps_its_h3_members_and_h2_groups():

@@ -42,7 +42,7 @@ def parse(text: str):
     if _lost_text(root, text):  # nested deeper than libxml2 follows: read the page as plain text instead
         root = lxml_html.document_fromstring("<html><body><p></p></body></html>", parser=parser)
         root.find(".//p").text = " ".join(TAG_RE.sub(" ", COMMENT_RE.sub(" ", text)).split())
-    for element in root.iter(*DROPPED_TAGS):
+    for element in list(root.iter(*DROPPED_TAGS)):  # listed first: dropping while iterating skips elements
         if element.tag != "head" and element.getparent() is not None:
             drop(element)
     return root

@@ -21,6 +21,7 @@ MEMBER_RE = re.compile(r"^\s*\.?\s*((?:[A-Za-z_$][\w$]*\.)*[A-Za-z_$][\w$]*)\s*(
 ADMONITION_RE = re.compile(r"^(\s*)(?:!!!|\?\?\?\+?)\s*([\w-]+)(?:\s+\"([^\"]*)\")?\s*$")
 TAB_RE = re.compile(r"^(\s*)===\+?\s+\"([^\"]*)\"\s*$")
 DOCUSAURUS_RE = re.compile(r"^\s*:::\s*([\w-]*)\s*(.*?)\s*$")
+MKDOCSTRINGS_RE = re.compile(r"^(\s*):::\s+([A-Za-z_][\w.]*)\s*$")  # `::: pkg.module.Class`: rendered from source
 MDX_IMPORT_RE = re.compile(r"^(?:import\s.+\sfrom\s+['\"].+['\"];?|export\s+(?:const|default)\s.*)\s*$")
 
 
@@ -68,8 +69,8 @@ def identifier_member_of(heading: str) -> str:
         return ""
     name = MEMBER_RE.match(text).group(1)
     code_like = (quoted is not None or "(" in text or "." in name or "_" in name or "$" in name
-                 or re.search(r"[a-z0-9][A-Z]", name) or name[0].islower() or (name.isupper() and len(name) > 1)
-                 or re.match(r"\s*\S+\s*:", text))
+                 or re.search(r"[a-z0-9][A-Z]|[A-Z]{2}[a-z]", name) or name[0].islower()
+                 or (name.isupper() and len(name) > 1) or re.match(r"\s*\S+\s*:", text))
     return member if code_like else ""
 
 
@@ -87,9 +88,11 @@ def normalise(body: str) -> str:
     out: list[str] = []
     in_code = False
     dedent: str | None = None
-    for line in body.splitlines():
+    quote = ""
+    for original in body.splitlines():
+        line = original
         if dedent is not None and line.strip() and not line.startswith(dedent):
-            dedent = None
+            dedent, quote = None, ""
         if dedent and line.startswith(dedent):
             line = line[len(dedent):]
         if FENCE_RE.match(line):
@@ -99,13 +102,18 @@ def normalise(body: str) -> str:
         if in_code:
             out.append(line)
             continue
-        if match := ADMONITION_RE.match(line):
+        if match := MKDOCSTRINGS_RE.match(line):
+            out.append(f"`{match.group(2)}`")  # its options block (indented YAML) goes with it
+            dedent, quote = match.group(1) + "    ", "\x00"
+        elif quote == "\x00" and dedent is not None and original.startswith(dedent):
+            continue
+        elif match := ADMONITION_RE.match(line):
             kind, title = match.group(2).capitalize(), match.group(3)
             out.append(f"> **{kind}: {title}**" if title else f"> **{kind}**")
-            dedent = match.group(1) + "    "
+            dedent, quote = match.group(1) + "    ", "> "
         elif match := TAB_RE.match(line):
             out.append(f"**{match.group(2)}**")
-            dedent = match.group(1) + "    "
+            dedent, quote = match.group(1) + "    ", ""
         elif match := DOCUSAURUS_RE.match(line):
             if match.group(1):
                 title = match.group(2).strip("[]{} ")
@@ -113,6 +121,8 @@ def normalise(body: str) -> str:
                            f"> **{match.group(1).capitalize()}**")
         elif MDX_IMPORT_RE.match(line):
             continue
+        elif dedent is not None and quote and quote != "\x00" and original.startswith(dedent):
+            out.append(quote + line)  # the body of an admonition is part of its quote
         else:
             out.append(line)
     return "\n".join(out)
@@ -129,14 +139,21 @@ class MarkdownReader:
     def run(self, page: RawPage, *, fallback_title: str = "") -> DocPage:
         body = normalise(page.text)
         lines = body.splitlines()
-        has_h3 = any(line.startswith("### ") for line in _outside_code(lines))
-        title, sections = (_member_sections(lines) if has_h3 else _heading_sections(lines))
+        title, sections = (_member_sections(lines) if is_member_shape(lines) else _heading_sections(lines))
         title = title or fallback_title
         class_name = class_name_of(title)
         kind = "api" if any(s.member for s in sections) else PAGE_GUIDE
         return DocPage(title=title, symbol=class_name, alias=class_alias_of(title, class_name),
                        sections=tuple(sections), kind=kind, generator="markdown",
                        skipped="" if sections else "no text")
+
+
+def is_member_shape(lines: list[str]) -> bool:
+    """Whether a page is written in the reference shape, a member per `###`: it has `###` headings and most of
+    them name an identifier (`.fov : Number`, `setSize( width, height )`); a site page whose `###` headings are
+    prose ("Common patterns", "Usage") is cut at every heading instead."""
+    h3 = [line[4:].strip() for line in _outside_code(lines) if line.startswith("### ")]
+    return bool(h3) and sum(1 for heading in h3 if identifier_member_of(heading)) * 2 >= len(h3)
 
 
 def _outside_code(lines: list[str]):
