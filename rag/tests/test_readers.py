@@ -12,7 +12,7 @@ from rag.engine.ingest import read_document, read_folder, skipped_pages
 from rag.engine.plan import Planner
 from rag.engine.readers import read_page, reader_for
 
-FIXTURES = Path(__file__).parent / "fixtures" / "readers"
+FIXTURES = Path(__file__).parent / "reader_fixtures"
 CHROME = ("¶", "[source]", "Navigation", "Quick search", "Table of Contents", "index</a>", "Related Topics")
 
 

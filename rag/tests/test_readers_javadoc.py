@@ -13,7 +13,7 @@ from rag.engine.catalog import inheritance_of
 from rag.engine.docmodel import PAGE_API, PAGE_GUIDE, PAGE_INDEX, DocPage, RawPage
 from rag.engine.readers import read_page, reader_for
 
-FIXTURES = Path(__file__).parent / "fixtures" / "readers" / "javadoc"
+FIXTURES = Path(__file__).parent / "reader_fixtures" / "javadoc"
 PAGES = sorted(path.name for path in FIXTURES.glob("*.html"))
 CLASS_PAGES = ["lang3-CloneFailedException.html", "io-IOCase.html", "avalon-Version.html", "resolver-PublicId.html"]
 CHROME = ("Skip navigation", "START OF", "END OF", "JavaScript is disabled", "Method Summary", "Constructor Summary",
