@@ -40,16 +40,20 @@ class ChitchatGate:
     vocabulary_share: float = 0.6
 
     def is_chitchat(self, plan: Plan, best_dense: float, coverage: float, offtopic_similarity: float | None, *,
-                    exemplar_similarity: float | None = None, weighted_coverage: float | None = None) -> bool:
+                    exemplar_similarity: float | None = None, weighted_coverage: float | None = None,
+                    same_language: bool = True) -> bool:
         """Return whether a question naming nothing is small talk: closer to chitchat than to the corpus, or no
-        closer to the corpus than off-topic probes, unless it speaks the corpus's vocabulary."""
+        closer to the corpus than off-topic probes, unless it speaks the corpus's vocabulary. Across languages
+        (a Chinese question over an English reference) every similarity to the corpus is compressed into a
+        narrower band, so the probes of the question's language set the level without the margin."""
         if _names_something(plan) or self.uses_vocabulary(weighted_coverage):
             return False
         if exemplar_similarity is not None and exemplar_similarity >= best_dense + self.exemplar_margin:
             return True
         if offtopic_similarity is None:
             return False
-        return best_dense + self.coverage_weight * coverage < offtopic_similarity + self.margin
+        margin = self.margin if same_language else 0.0
+        return best_dense + self.coverage_weight * coverage < offtopic_similarity + margin
 
     def is_weak(self, plan: Plan, best_dense: float, coverage: float, offtopic_similarity: float | None, *,
                 weighted_coverage: float | None = None) -> bool:

@@ -26,6 +26,16 @@ def offtopic_similarity(manifest: dict, question: str) -> float | None:
     return by_language.get(probe_language(question), manifest.get("offtopic_similarity"))
 
 
+def language_gap(manifest: dict, question: str) -> float:
+    """How much nearer the corpus the probes of its own language come than those of the question's (0 when the
+    question is in the corpus's language, or for versions built before the figures were kept)."""
+    by_language = manifest.get("offtopic_similarity_by_language") or {}
+    own, asked = manifest.get("language"), probe_language(question)
+    if own == asked or own not in by_language or asked not in by_language:
+        return 0.0
+    return max(0.0, by_language[own] - by_language[asked])
+
+
 PROBES = (
     "你好，最近过得怎么样？",
     "明天会不会下雨，要不要带外套？",

@@ -17,7 +17,7 @@ from .fuse import rrf_fuse
 from .gate import EXEMPLAR_VECTORS, ChitchatGate, ExemplarVectors, weighted_coverage
 from .index import VersionReader, top_positions
 from .plan import Planner
-from .probes import offtopic_similarity, probe_language
+from .probes import language_gap, offtopic_similarity
 from .rerank import RERANK_CANDIDATES, Reranker, RerankResult
 from .retrieve import MAX_BM25_ROUTES, Bm25Retriever, Bm25Routes, DenseRetriever, DenseRoutes, elapsed_ms
 from .rewrite import QueryRewriter, RewriteRetriever
@@ -83,13 +83,14 @@ class Searcher:
         if dense is not None and not _names_something(plan):
             weighted = weighted_coverage(tokens, reader.document_frequency, reader.bm25_count)
             vector, _ = self.queries.embed_query(plan.corrected_question)  # cached by the dense route
-            # Nearer a chitchat exemplar than every chunk means small talk only when the question is written in
-            # the corpus's language: a Chinese question over an English reference is farther from every chunk
-            # than from any Chinese sentence, so there the calibrated probes of its language decide alone.
-            if reader.manifest.get("language", probe_language(plan.question)) == probe_language(plan.question):
-                exemplar = self.exemplars.similarity(self.queries.embedder, vector)
+            # A question in another language than the corpus's (Chinese over an English reference) sits farther
+            # from every chunk than from any sentence of its own language: its nearness to an exemplar counts
+            # less by the gap the probes measured between the two languages at build time.
+            exemplar = (self.exemplars.similarity(self.queries.embedder, vector)
+                        - language_gap(reader.manifest, plan.question))
         if dense is not None and self.gate.is_chitchat(plan, dense.best_similarity, coverage, offtopic,
-                                                       exemplar_similarity=exemplar, weighted_coverage=weighted):
+                                                       exemplar_similarity=exemplar, weighted_coverage=weighted,
+                                                       same_language=language_gap(reader.manifest, plan.question) == 0):
             timings["total"] = elapsed_ms(started)
             return SearchResult(plan=replace(plan, kind="chitchat", reason="not a question about this documentation"),
                                 hits=(), rankings=dense.rankings, timings_ms=timings, mode=mode, version=reader.version)
