@@ -54,8 +54,10 @@ MEMBER_XPATHS = {
                "|//a[@name and following-sibling::*[1][self::ul]/li/h4]/@name"
                "|//a[@id and following-sibling::*[1][self::ul]/li/h4]/@id",
     "doxygen": "//h2[contains(concat(' ', @class, ' '), ' memtitle ')]/preceding-sibling::a[1]/@id"
-               "|//tr[starts-with(@class, 'memitem:')]/td[contains(@class, 'memItemLeft')]/a[@id]/@id",
-    "gtkdoc": "//div[contains(concat(' ', @class, ' '), ' refsect2 ')]/a[1]/@name",
+               "|//tr[starts-with(@class, 'memitem:') and not(contains(@class, 'inherit'))]"
+               "/td[contains(@class, 'memItemLeft')]/a[@id]/@id",
+    "gtkdoc": "//div[contains(concat(' ', @class, ' '), ' refsect1 ')][a[contains(@name, 'details')]]"
+              "/div[contains(concat(' ', @class, ' '), ' refsect2 ')]/a[1]/@name",
     "jsdoc": "//h4[contains(concat(' ', @class, ' '), ' name ')]/@id",
     "typedoc": "//section[contains(concat(' ', @class, ' '), ' tsd-member ')]/descendant-or-self::*[@id][1]/@id",
 }
