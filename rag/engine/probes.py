@@ -26,6 +26,11 @@ def offtopic_similarity(manifest: dict, question: str) -> float | None:
     return by_language.get(probe_language(question), manifest.get("offtopic_similarity"))
 
 
+def same_language(manifest: dict, question: str) -> bool:
+    """Whether a question is written in the corpus's language (True for versions that do not record it)."""
+    return manifest.get("language", probe_language(question)) == probe_language(question)
+
+
 def language_gap(manifest: dict, question: str) -> float:
     """How much nearer the corpus the probes of its own language come than those of the question's (0 when the
     question is in the corpus's language, or for versions built before the figures were kept)."""

@@ -17,7 +17,7 @@ from .fuse import rrf_fuse
 from .gate import EXEMPLAR_VECTORS, ChitchatGate, ExemplarVectors, weighted_coverage
 from .index import VersionReader, top_positions
 from .plan import Planner
-from .probes import language_gap, offtopic_similarity
+from .probes import language_gap, offtopic_similarity, same_language
 from .rerank import RERANK_CANDIDATES, Reranker, RerankResult
 from .retrieve import MAX_BM25_ROUTES, Bm25Retriever, Bm25Routes, DenseRetriever, DenseRoutes, elapsed_ms
 from .rewrite import QueryRewriter, RewriteRetriever
@@ -90,7 +90,7 @@ class Searcher:
                         - language_gap(reader.manifest, plan.question))
         if dense is not None and self.gate.is_chitchat(plan, dense.best_similarity, coverage, offtopic,
                                                        exemplar_similarity=exemplar, weighted_coverage=weighted,
-                                                       same_language=language_gap(reader.manifest, plan.question) == 0):
+                                                       same_language=same_language(reader.manifest, plan.question)):
             timings["total"] = elapsed_ms(started)
             return SearchResult(plan=replace(plan, kind="chitchat", reason="not a question about this documentation"),
                                 hits=(), rankings=dense.rankings, timings_ms=timings, mode=mode, version=reader.version)

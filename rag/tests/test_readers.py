@@ -246,3 +246,13 @@ def test_a_knowledge_base_without_members_builds_and_records_its_language(tmp_pa
     assert not any(c.member for c in chunks)
     assert manifest["language"] == "en"
     assert set(manifest["offtopic_similarity_by_language"]) == {"en", "zh"}
+
+
+def test_a_question_in_the_corpus_language_is_the_same_language_and_versions_before_say_nothing():
+    from rag.engine.probes import language_gap, same_language
+
+    manifest = {"language": "en", "offtopic_similarity_by_language": {"en": 0.86, "zh": 0.81}}
+
+    assert same_language(manifest, "How do I add an option?") and not same_language(manifest, "怎么加一个选项？")
+    assert language_gap(manifest, "怎么加一个选项？") == pytest.approx(0.05)
+    assert same_language({}, "怎么加一个选项？") and language_gap({}, "怎么加一个选项？") == 0.0
