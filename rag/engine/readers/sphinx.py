@@ -56,19 +56,16 @@ class SphinxReader:
                       "|.//form[@action='search.html' or @action='']//input[@name='q']"):
             return DocPage(title=title, symbol=title, kind=PAGE_INDEX, generator=self.name,
                            skipped="index or search page")
-        modules = [m for m in main.xpath(".//*[starts-with(@id, 'module-')]/@id")]
+        modules = main.xpath(".//*[starts-with(@id, 'module-')]/@id")
         symbol = modules[0][len("module-"):] if modules else title
-        converter = Markdown()
-        sections = Sections(converter)
+        sections = Sections(Markdown())
 
-        def handle(element, sections: Sections, owner: str = "") -> bool:
-            if element.tag != "dl":
-                return False
-            domain, kind = object_type(element)
-            if not domain:
-                return False
-            self._object(element, sections, domain=domain, kind=kind, owner=owner, handle=handle)
-            return True
+        def handle(element, sections: Sections) -> bool:
+            """An object description at the top of the page (nested ones go with their owner)."""
+            domain, kind = object_type(element) if element.tag == "dl" else ("", "")
+            if domain:
+                self._object(element, sections, domain=domain, kind=kind, owner="")
+            return bool(domain)
 
         if h1 and h1[0].getparent() is not None:  # the title is the page's, not a section's
             h1[0].getparent().remove(h1[0])
@@ -78,7 +75,7 @@ class SphinxReader:
         return DocPage(title=title, symbol=symbol, sections=items, kind=kind, generator=self.name,
                        skipped="" if items else "no text")
 
-    def _object(self, dl, sections: Sections, *, domain: str, kind: str, owner: str, handle) -> None:
+    def _object(self, dl, sections: Sections, *, domain: str, kind: str, owner: str) -> None:
         """Each `dt` signature of an object description with its `dd`; nested objects become sections of their own."""
         signatures = [dt for dt in dl if dt.tag == "dt"]
         description = next((dd for dd in dl if dd.tag == "dd"), None)
@@ -90,18 +87,11 @@ class SphinxReader:
         signature = text_of(dt)
         overloads = "\n".join(text_of(d) for d in signatures[1:])
         nested = [d for d in description.xpath(OBJECT_XPATH) if _owner_object(d) is dl] if description is not None else []
-        nested_set = set(nested)
-        converter = sections.converter
-        body = ""
+        inner = set(nested)  # each becomes a section of its own
+        parts = [f"```\n{overloads}\n```"] if overloads else []
         if description is not None:
-            parts = [f"```\n{overloads}\n```"] if overloads else []
-            skip = converter.skip
-            converter.skip = lambda element: element in nested_set or bool(skip and skip(element))
-            try:
-                parts.append(converter.run(description))
-            finally:
-                converter.skip = skip
-            body = "\n\n".join(p for p in parts if p.strip())
+            parts.append(Markdown(skip=lambda element: element in inner).run(description))
+        body = "\n\n".join(p for p in parts if p.strip())
         class_like = kind in CLASS_LIKE
         headings = sections.headings + ((owner,) if owner else ()) + (signature,)
         markdown = f"### {signature}\n\n{body}".strip()
@@ -111,7 +101,7 @@ class SphinxReader:
         inner_owner = name if class_like else owner
         for child in nested:
             child_domain, child_kind = object_type(child)
-            self._object(child, sections, domain=child_domain, kind=child_kind, owner=inner_owner, handle=handle)
+            self._object(child, sections, domain=child_domain, kind=child_kind, owner=inner_owner)
 
     @staticmethod
     def _symbol(dt, domain: str) -> str:
