@@ -133,11 +133,20 @@ def page_title(markdown: str, fallback: str) -> str:
 
 def read_folder(root: Path) -> list[SourceDocument]:
     """Read every Markdown and HTML page under root (sorted, hidden files and outside links skipped)."""
+    return [read_document(path, raw, suffix=suffix) for path, raw, suffix in _pages(root)]
+
+
+def folder_hashes(root: Path) -> dict[str, str]:
+    """The content hash of every page read_folder would read, without reading the pages (the readers' work)."""
+    return {path: sha1(raw) for path, raw, _ in _pages(root)}
+
+
+def _pages(root: Path):
+    """Yield (path relative to root, text, suffix) of each Markdown and HTML page under root, sorted."""
     root = Path(root)
     if not root.is_dir():
         raise IngestError(f"source folder not found: {root}")
     real_root = root.resolve()
-    documents: list[SourceDocument] = []
     for path in sorted(root.rglob("*")):
         relative = path.relative_to(root)
         if any(part.startswith(".") for part in relative.parts):
@@ -148,9 +157,7 @@ def read_folder(root: Path) -> list[SourceDocument]:
         if not path.resolve().is_relative_to(real_root):
             continue  # a symlink leading out of the knowledge base
         raw = storable(path.read_text(encoding="utf-8", errors="replace"))
-        documents.append(read_document(os.fsencode(relative.as_posix()).decode("utf-8", "backslashreplace"), raw,
-                                       suffix=suffix))
-    return documents
+        yield os.fsencode(relative.as_posix()).decode("utf-8", "backslashreplace"), raw, suffix
 
 
 def read_document(path: str, raw: str, *, suffix: str) -> SourceDocument:

@@ -16,8 +16,8 @@ from django.utils import timezone
 
 from rag.engine.chunk import chunk_documents
 from rag.engine.index import IndexError_
-from rag.engine.ingest import (HTML_SUFFIXES, IngestError, front_matter_labels, read_document, read_folder,
-                               skipped_pages, storable)
+from rag.engine.ingest import (HTML_SUFFIXES, IngestError, folder_hashes, front_matter_labels, read_document,
+                               read_folder, skipped_pages, storable)
 from rag.engine.text import sha1
 from rag.engine.types import SourceDocument
 from rag.engine.vectorpack import read_pack, write_pack
@@ -165,7 +165,12 @@ def _sync_front_matter_labels(document: Document, pairs: list[tuple[str, str]]) 
 
 
 def corpus_hash(documents: list[SourceDocument]) -> str:
-    return sha1("\n".join(f"{d.path}:{d.content_hash}" for d in documents))
+    return hashes_digest({d.path: d.content_hash for d in documents})
+
+
+def hashes_digest(hashes: dict[str, str]) -> str:
+    """One hash of every page's content hash, in path order (what corpus_hash says of the documents)."""
+    return sha1("\n".join(f"{path}:{content_hash}" for path, content_hash in hashes.items()))
 
 
 def index_unchanged_version(kb: KnowledgeBase) -> IndexVersion | None:
@@ -175,10 +180,10 @@ def index_unchanged_version(kb: KnowledgeBase) -> IndexVersion | None:
     if active is None or active.model_id != get_engine().embedder.model_id or not store.exists(kb.slug, active.name):
         return None
     try:
-        documents = read_folder(_allowed_folder(kb.source_dir))
+        hashes = folder_hashes(_allowed_folder(kb.source_dir))  # the pages' bytes decide; no page is read
     except IngestError:
         return None
-    return active if corpus_hash(documents) == active.corpus_hash else None
+    return active if hashes_digest(hashes) == active.corpus_hash else None
 
 
 def _new_version_name() -> str:
@@ -525,7 +530,7 @@ def read_source(*, kb: str, source: str) -> str:
 def kb_source_hashes(kb: KnowledgeBase) -> dict[str, str]:
     """The content hash of every page in a knowledge base's source folder now ({} when the folder is gone)."""
     try:
-        return {d.path: d.content_hash for d in read_folder(_allowed_folder(kb.source_dir))}
+        return folder_hashes(_allowed_folder(kb.source_dir))
     except (IngestError, OSError, ServiceError):  # gone, or outside RAG_SOURCE_ROOTS
         return {}
 
