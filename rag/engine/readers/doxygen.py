@@ -192,6 +192,8 @@ class DoxygenReader:
         sections = []
         for table in contents.xpath(f".//table[{has_class('memberdecls')}]"):
             group = ""
+            briefs = {row.get("class")[len("memdesc:"):]: row for row in table.iter("tr")
+                      if (row.get("class") or "").startswith("memdesc:")}
             for row in table.iter("tr"):
                 row_class = row.get("class") or ""
                 if row_class == "heading":
@@ -208,8 +210,7 @@ class DoxygenReader:
                 if not name:
                     continue
                 signature = " ".join(f"{text_of(row[0])} {text_of(right[0])}".split()).replace(" (", "(")
-                brief = table.xpath(f".//tr[@class='memdesc:{anchor}']"
-                                    f"/td[{has_class('mdescRight')}]")
+                brief = briefs[anchor].xpath(f"./td[{has_class('mdescRight')}]") if anchor in briefs else []
                 description = text_of(brief[0]) if brief else ""
                 kind = next((k for word, k in GROUP_KINDS if word in group), "") or "function"
                 if name == owner and kind == "function":

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ..docmodel import PAGE_API, PAGE_GUIDE, DocPage, RawPage, Section
 from .base import Sections, walk
-from .html import Markdown, drop_all, has_class, heading_level, parse, text_of
+from .html import Markdown, drop_all, has_class, parse, text_of
 from .markdown import class_alias_of, class_name_of, identifier_member_of
 
 MAIN_XPATHS = ("//main", "//*[@role='main']", "//article", "//*[@id='content']", "//*[@id='main-content']",
@@ -57,5 +57,3 @@ def _with_members(sections):
         else:
             yield section
 
-
-__all__ = ["GenericHtmlReader", "heading_level"]

@@ -50,7 +50,7 @@ class SphinxReader:
                        f"|//span[{has_class('viewcode-link')}]/ancestor-or-self::a|//span[{has_class('viewcode-link')}]"
                        f"|//a[{has_class('viewcode-back')}]|//div[@id='searchbox']")
         h1 = main.xpath(".//h1")
-        title = text_of(h1[0]) if h1 else text_of(root.find(".//title")).split(" — ")[0].split(" &#8212; ")[0]
+        title = text_of(h1[0]) if h1 else text_of(root.find(".//title")).split(" — ")[0]
         if main.xpath(f".//table[{has_class('indextable')}]|.//table[{has_class('modindextable')}]"
                       f"|.//div[{has_class('genindex-jumpbox')}]|.//div[@id='search-results']"
                       "|.//form[@action='search.html' or @action='']//input[@name='q']"):
