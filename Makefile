@@ -7,7 +7,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 export OPENBLAS_NUM_THREADS ?= 1
 
-.PHONY: install run prod test test-fast test-clock test-loaded bench bench-formats bench-load bench-scale bench-ops bench-cli migrate clean
+.PHONY: install run prod test test-fast test-clock test-loaded bench bench-formats bench-load bench-scale bench-ops bench-cli bench-soak migrate clean
 
 $(STAMP): requirements.txt
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "$(PYTHON) not found; set PYTHON=python3.11" >&2; exit 1; }
@@ -99,6 +99,18 @@ bench-load: install
 # Synthetic knowledge bases of 100k and 1M chunks (docs/en/scaling.md); BENCH_SCALE_ARGS="--sizes 10000,100000" is quick.
 bench-scale: install
 	$(PY) bench/scale.py $(BENCH_SCALE_ARGS)
+
+# Overload and soak (issue 28): mixed traffic at the measured saturation rate for 10 minutes, without and then with 5%
+# hostile requests, on 2 Daphne processes; locust in its own virtualenv (.venv-bench, requirements-bench.txt).
+# BENCH_SOAK_ARGS="--minutes 2" is quick.
+BENCH_VENV := .venv-bench
+$(BENCH_VENV)/.installed: requirements-bench.txt
+	$(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/pip install -q -r requirements-bench.txt
+	touch $@
+
+bench-soak: install $(BENCH_VENV)/.installed
+	$(PY) bench/soak.py $(BENCH_SOAK_ARGS)
 
 bench-ops: install
 	$(PY) bench/ops.py
