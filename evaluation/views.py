@@ -3,12 +3,11 @@ compare reports, see gate verdicts and active versions. QA may launch, cancel an
 
 from __future__ import annotations
 
-from urllib.parse import urlencode
 
 from django.conf import settings
+from django.contrib import messages
 from django.http import FileResponse, Http404, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from evaluation.models import EvalRun, GoldenDraft, GoldenSet
@@ -49,7 +48,9 @@ def run_list(request):
         "runs": runs, "golden_sets": list(latest.values()), "knowledge_bases": bases, "versions": versions,
         "can_launch": can_launch(request.user),
         "open_drafts": GoldenDraft.objects.filter(status=GoldenDraft.Status.OPEN).count(),
-        "error": request.GET.get("error", "")[:200], "notice": request.GET.get("notice", "")[:200],
+        # What the last launch said, from the session (never from the URL: a link must not put words on the page).
+        "error": " ".join(m.message for m in messages.get_messages(request) if m.level == messages.ERROR),
+        "notice": " ".join(m.message for m in messages.get_messages(request) if m.level != messages.ERROR),
     })
 
 
@@ -58,12 +59,12 @@ def run_list(request):
 def run_launch(request):
     golden_set = GoldenSet.objects.filter(pk=request.POST.get("golden_set") or 0).first()
     if golden_set is None:
-        return redirect(_center(error="Choose a golden set."))
+        return _center(request, error="Choose a golden set.")
     try:
         run = eval_run_start(golden_set=golden_set, kb=request.POST.get("kb", "").strip(),
                              index_version=request.POST.get("index_version", "").strip(), user=request.user)
     except ServiceError as exc:
-        return redirect(_center(error=exc.message))
+        return _center(request, error=exc.message)
     return redirect("evaluation:run", run_id=run.pk)
 
 
@@ -73,17 +74,21 @@ def gated_reindex(request):
     """Build a candidate version and let the golden sets decide whether it goes live (runs in the worker)."""
     kb = KnowledgeBase.objects.filter(slug=request.POST.get("kb", "")).first()
     if kb is None:
-        return redirect(_center(error="Choose a knowledge base."))
+        return _center(request, error="Choose a knowledge base.")
     try:
         gated_reindex_start(kb=kb, user=request.user)
     except ServiceError as exc:
-        return redirect(_center(error=exc.message))
-    return redirect(_center(notice=f"A gated reindex of {kb.slug} is queued; its runs appear below as they start."))
+        return _center(request, error=exc.message)
+    return _center(request, notice=f"A gated reindex of {kb.slug} is queued; its runs appear below as they start.")
 
 
-def _center(**query: str) -> str:
-    """The eval center's URL with a message to show (`error=` or `notice=`)."""
-    return reverse("evaluation:center") + "?" + urlencode(query)
+def _center(request, *, error: str = "", notice: str = ""):
+    """Back to the eval center, with a message for its next view (kept in the session by django.contrib.messages)."""
+    if error:
+        messages.error(request, error)
+    if notice:
+        messages.success(request, notice)
+    return redirect("evaluation:center")
 
 
 @require_GET

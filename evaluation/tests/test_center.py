@@ -168,8 +168,29 @@ def test_qa_starts_a_gated_reindex_from_the_center_and_a_failing_candidate_stays
         response = client.post("/ops/eval/gated-reindex", {"kb": "sdk"})
 
     kb.refresh_from_db()
-    assert response.status_code == 302 and "notice=" in response["Location"]
+    assert response.status_code == 302 and response["Location"] == "/ops/eval/"
+    assert "A gated reindex of sdk is queued" in client.get("/ops/eval/").content.decode()
     assert kb.active_version.name == before
     runs = list(EvalRun.objects.order_by("pk"))
     assert [(r.candidate, r.verdict) for r in runs] == [(False, "fail"), (True, "fail")]  # baseline, then candidate
     assert runs[1].baseline_id == runs[0].pk
+
+
+def test_the_center_shows_no_message_a_link_wrote(client, kb):
+    """A crafted link (`?error=…`) must not put the attacker's words on the QA page: messages come from the session."""
+    client.force_login(user_in("qa", "tester"))
+
+    page = client.get("/ops/eval/", {"error": "Your session expired: sign in at evil.example", "notice": "Call 555"})
+
+    assert page.status_code == 200
+    assert "evil.example" not in page.content.decode() and "Call 555" not in page.content.decode()
+
+
+def test_a_launch_error_is_shown_once_on_the_center(client, kb):
+    client.force_login(user_in("qa", "tester"))
+
+    response = client.post("/ops/eval/runs", {"golden_set": "999999"})
+
+    assert response.status_code == 302 and response["Location"] == "/ops/eval/"
+    assert "Choose a golden set." in client.get("/ops/eval/").content.decode()
+    assert "Choose a golden set." not in client.get("/ops/eval/").content.decode()  # shown once
