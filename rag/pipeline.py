@@ -255,14 +255,16 @@ def make_enhancer() -> QueryRewriter | None:
 
 
 def make_chooser() -> ConstrainedChooser | None:
-    """Return the constrained-generation chooser when a generation model is configured."""
+    """Return the constrained-generation chooser when a generation model is configured. It calls the chat model
+    as answers do, with the same timeouts, so it shares their breaker: an outage seen by chat stops CG_RAG's calls
+    too, and the reverse (the reranker and the rewriter keep their own: their short timeouts are theirs)."""
     config = settings.RAG_ENGINE
     client = make_chat_client()
     if client is None:
         return None
     return ConstrainedChooser(client=replace(client, temperature=0.0),
                               provider=provider_of(client.base_url, client.model, config["GENERATION_PROVIDER"]),
-                              thinking=config["GENERATION_THINKING"], breaker=make_breaker(f"{breaker_key()}:choose"))
+                              thinking=config["GENERATION_THINKING"], breaker=make_breaker(breaker_key()))
 
 
 def get_engine() -> Engine:

@@ -309,3 +309,17 @@ def test_prompt_injection_in_a_document_changes_neither_the_rules_nor_the_citati
         assert stray not in answer.text
     assert set(answer.invalid_citations) >= {42, 7, 8, 99}
     assert answer.confidence != "high"
+
+
+@pytest.mark.django_db
+def test_breaker_chat_answers_and_cgrag_choices_share_one_breaker_for_one_upstream(engine_settings):
+    """One upstream, one breaker: failures seen by chat answers stop CG_RAG's constrained calls as well."""
+    from rag.pipeline import get_engine
+
+    engine_settings(GENERATION_BASE_URL="http://127.0.0.1:9/v1", GENERATION_MODEL="one-breaker-test", BREAKER_THRESHOLD=1,
+                    BREAKER_COOLDOWN=3600)
+    engine = get_engine()
+    engine.generator.breaker.record_failure("connect")  # the chat side sees the upstream down once
+
+    assert engine.chooser.breaker.state()["state"] == "open"
+    assert engine.chooser.breaker.attempt() is None
