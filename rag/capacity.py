@@ -9,6 +9,11 @@ Slots are shared by every process of one machine through `flock` on one small fi
 RAG_DATA_DIR (a lock dies with its process, so a killed worker frees its slots), or by every machine through
 a Redis sorted set when REDIS_URL is set (each slot has a lease, so a dead process's slot expires). The
 active count is read from the shared slots; queued, rejected and peak are this process's counters.
+
+Redis down or stalled (issue 28): a Redis call fails within 1 s (no retries), and for OUTAGE_SECONDS after a
+failure the limiter holds slots of a local limiter of the same size in this process instead of asking Redis, so a
+request is never failed for Redis's sake and each process still admits at most `size` at once. Slots held in
+Redis when it comes back keep their leases; for a moment both may be held (at most twice the size).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from typing import Iterator, Protocol
 
 from django.conf import settings
 
+from rag import redis_cache
 from rag.errors import ServiceError
 
 RESOURCES = ("retrieval", "generation")
@@ -102,16 +108,51 @@ class FileSlots:
         return taken
 
 
+class LocalSlots:
+    """`size` slots of this process only: the fallback of RedisSlots while Redis cannot be reached."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self._taken = 0
+        self._lock = threading.Lock()
+
+    def try_acquire(self) -> LocalSlot | None:
+        with self._lock:
+            if self._taken >= self.size:
+                return None
+            self._taken += 1
+            return LocalSlot(self)
+
+    def release(self, handle: LocalSlot) -> None:
+        with self._lock:
+            self._taken -= 1
+
+    def active(self) -> int:
+        return self._taken
+
+
+@dataclass(frozen=True)
+class LocalSlot:
+    slots: LocalSlots
+
+
 @dataclass
 class RedisSlots:
     """A Redis sorted set of slot tokens scored by their lease's end (a counting semaphore with expiry):
-    a token whose rank is below `size` after expired ones are dropped holds a slot."""
+    a token whose rank is below `size` after expired ones are dropped holds a slot. While Redis fails, slots of
+    a LocalSlots of the same size (see the module docstring)."""
 
     url: str
     resource: str
     size: int
     lease_seconds: float = 600.0
     _client: object = field(default=None, init=False, repr=False)
+    _local: LocalSlots = field(init=False, repr=False)
+    _outage: redis_cache.Outage = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._local = LocalSlots(self.size)
+        self._outage = redis_cache.Outage(f"Redis for the {self.resource} capacity limiter")
 
     @property
     def key(self) -> str:
@@ -119,12 +160,24 @@ class RedisSlots:
 
     def client(self):
         if self._client is None:
-            import redis
-
-            self._client = redis.Redis.from_url(self.url, socket_timeout=1.0, socket_connect_timeout=1.0)
+            self._client = redis_cache.redis_client(self.url)
         return self._client
 
-    def try_acquire(self) -> str | None:
+    def _shared(self, call, fallback):
+        import redis
+
+        if not self._outage.available:
+            return fallback()
+        try:
+            return call()
+        except redis.RedisError as exc:
+            self._outage.failed(exc)
+            return fallback()
+
+    def try_acquire(self) -> str | LocalSlot | None:
+        return self._shared(self._try_acquire, self._local.try_acquire)
+
+    def _try_acquire(self) -> str | None:
         client, token, now = self.client(), uuid.uuid4().hex, time.time()
         with client.pipeline() as pipe:
             pipe.zremrangebyscore(self.key, "-inf", now)
@@ -137,13 +190,19 @@ class RedisSlots:
         client.zrem(self.key, token)
         return None
 
-    def release(self, handle: str) -> None:
-        self.client().zrem(self.key, handle)
+    def release(self, handle: str | LocalSlot) -> None:
+        if isinstance(handle, LocalSlot):
+            self._local.release(handle)
+        else:  # a slot that cannot be given back now frees itself when its lease ends
+            self._shared(lambda: self.client().zrem(self.key, handle), lambda: None)
 
     def active(self) -> int:
-        client = self.client()
-        client.zremrangebyscore(self.key, "-inf", time.time())
-        return min(int(client.zcard(self.key)), self.size)
+        def shared() -> int:
+            client = self.client()
+            client.zremrangebyscore(self.key, "-inf", time.time())
+            return min(int(client.zcard(self.key)), self.size)
+
+        return self._shared(shared, lambda: 0) + self._local.active()
 
 
 @dataclass

@@ -214,6 +214,7 @@ class RequestRecord(models.Model):
         CHITCHAT = "chitchat", "chitchat reply"
         FAILED = "failed", "failed"
         CANCELLED = "cancelled", "cancelled by the reader"
+        NOT_READY = "not_ready", "index not built yet"  # 503 index_building: the service is starting, not failing
 
     request_id = models.CharField(max_length=64, unique=True)
     channel = models.CharField(max_length=16, choices=Channel.choices, db_index=True)

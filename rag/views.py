@@ -4,7 +4,7 @@ from django.shortcuts import render
 from django.views.decorators.csrf import ensure_csrf_cookie
 
 from rag.errors import ServiceError
-from rag.limits import Client, rate_limit
+from rag.limits import Client, rate_limited
 from rag.models import Channel, KnowledgeBase
 from rag.services.questions import QuestionRequest, question_search
 from rag.services.serving import readiness
@@ -23,8 +23,8 @@ def home(request):
     refused = None
     if question:
         try:
-            rate_limit("search", Client.of_request(request))  # shares /api/search's count
-            outcome = question_search(QuestionRequest(question=question, kb=kb, channel=Channel.WEB))
+            with rate_limited("search", Client.of_request(request)):  # shares /api/search's count
+                outcome = question_search(QuestionRequest(question=question, kb=kb, channel=Channel.WEB))
             context["result"] = search_as_dict(outcome, top_k=None)
         except ServiceError as exc:
             context["error"] = exc

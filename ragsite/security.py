@@ -52,39 +52,71 @@ def _failure_keys(address: str, username: str) -> tuple[str, str]:
     import hashlib
 
     name = hashlib.sha256(username.strip().lower().encode()).hexdigest()[:16]
-    return f"login:failures:{address}", f"login:failures:{address}:{name}"
+    # Moving window logs (rag.limits.window_hit), named apart from the plain counters kept here before issue 28.
+    return f"login:attempts:{address}", f"login:attempts:{address}:{name}"
+
+
+def _attempt(request, address: str, username: str):
+    """Count one sign-in attempt, before its password is checked, against the address and the address and user
+    name (moving windows of RAG_LOGIN_THROTTLE's WINDOW_SECONDS); the WindowHit, not admitted when either is full."""
+    from django.conf import settings
+
+    from rag.limits import window_hit
+
+    limit, window = settings.RAG_LOGIN_THROTTLE["FAILURE_LIMIT"], settings.RAG_LOGIN_THROTTLE["WINDOW_SECONDS"]
+    by_address, by_name = _failure_keys(address, username)
+    hits = (window_hit([by_name], limit=limit, window=window), window_hit([by_address], limit=4 * limit, window=window))
+    if all(hit.admitted for hit in hits):
+        return hits
+    _give_back(hits)
+    return None
+
+
+def _give_back(hits) -> None:
+    from rag.limits import window_give_back
+
+    for hit in hits:
+        window_give_back(hit)
 
 
 def login_failed(sender, credentials, request=None, **kwargs) -> None:
-    """user_login_failed: count the failure against the address, and against the address and user name."""
+    """user_login_failed: the failure stays counted; a sign-in form that the middleware did not count first
+    (any other form of the site) counts it now."""
     if request is None:
         return
-    from django.conf import settings
-
     from rag.clients import request_address
-    from rag.limits import count
 
-    window = settings.RAG_LOGIN_THROTTLE["WINDOW_SECONDS"]
-    for key in _failure_keys(request_address(request), str(credentials.get("username", ""))):
-        count(key, window)
+    attempt = getattr(request, "_login_attempt", None)
+    if attempt is not None:
+        attempt["failed"] = True
+        return
+    _attempt(request, request_address(request), str(credentials.get("username", "")))
 
 
 def login_succeeded(sender, request=None, user=None, **kwargs) -> None:
-    """user_logged_in: the user name's failures from this address are forgiven."""
+    """user_logged_in: this attempt is given back, and the user name's failures from this address are forgiven."""
     if request is None or user is None:
         return
     from django.core.cache import cache
 
     from rag.clients import request_address
 
+    attempt = getattr(request, "_login_attempt", None)
+    if attempt is not None and not attempt["failed"]:
+        _give_back(attempt["hits"])
+        attempt["hits"] = ()
     cache.delete(_failure_keys(request_address(request), user.get_username())[1])
 
 
 class LoginThrottleMiddleware(MiddlewareMixin):
     """Refuse sign-in attempts at /ops/login/ and /admin/login/ with 429 and Retry-After once an address has
     failed RAG_LOGIN_FAILURE_LIMIT times for one user name (or four times that for any) within the window, before
-    the password is even checked, so passwords cannot be guessed at speed. Failures are counted from Django's own
-    user_login_failed signal, so every sign-in form of the site counts the same way."""
+    the password is even checked, so passwords cannot be guessed at speed.
+
+    Each attempt is counted first, as a failure, and then checked (issue 28): concurrent attempts each take
+    their own place in the count, so no more than the limit are ever checked. A sign-in that succeeds, or a post
+    that never reached a password check (a form error), gives its place back. Django's user_login_failed signal
+    counts the failures of every other sign-in form of the site the same way."""
 
     def __init__(self, get_response):
         super().__init__(get_response)
@@ -97,14 +129,14 @@ class LoginThrottleMiddleware(MiddlewareMixin):
         if request.method != "POST" or request.path not in _login_paths():
             return None
         from django.conf import settings
-        from django.core.cache import cache
         from django.http import HttpResponse
 
         from rag.clients import request_address
 
-        limit, window = settings.RAG_LOGIN_THROTTLE["FAILURE_LIMIT"], settings.RAG_LOGIN_THROTTLE["WINDOW_SECONDS"]
-        by_address, by_name = _failure_keys(request_address(request), request.POST.get("username", ""))
-        if (cache.get(by_name) or 0) < limit and (cache.get(by_address) or 0) < 4 * limit:
+        window = settings.RAG_LOGIN_THROTTLE["WINDOW_SECONDS"]
+        hits = _attempt(request, request_address(request), request.POST.get("username", ""))
+        if hits is not None:
+            request._login_attempt = {"hits": hits, "failed": False}
             return None
         response = HttpResponse(
             "<!doctype html><title>Too many sign-in attempts</title><h1>Too many sign-in attempts</h1>"
@@ -112,4 +144,11 @@ class LoginThrottleMiddleware(MiddlewareMixin):
             status=429, content_type="text/html; charset=utf-8")
         response["Retry-After"] = str(window)
         response["X-Error-Code"] = "too_many_login_attempts"
+        return response
+
+    def process_response(self, request, response):
+        attempt = getattr(request, "_login_attempt", None)
+        if attempt is not None and not attempt["failed"]:
+            _give_back(attempt["hits"])  # no password was checked, or it was right (then given back already)
+            attempt["hits"] = ()
         return response

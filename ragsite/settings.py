@@ -146,7 +146,8 @@ if REDIS_URL:
         {"address": REDIS_URL, "socket_timeout": 1, "socket_connect_timeout": 1}]}}}
 else:
     # A file cache is shared by every process on this machine (Daphne and the Celery worker).
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
+    # A full disk skips its writes instead of failing the request (rag.redis_cache.ResilientFileCache).
+    CACHES = {"default": {"BACKEND": "rag.redis_cache.ResilientFileCache",
                           "LOCATION": str(DATA_DIR / "cache")}}
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
@@ -164,6 +165,10 @@ CELERY_REDIS_SOCKET_TIMEOUT = 5
 CELERY_REDIS_SOCKET_CONNECT_TIMEOUT = 2
 CELERY_TASK_IGNORE_RESULT = True  # jobs report through their rows (versions, runs); a publish waits on no result
 CELERY_TIMEZONE = TIME_ZONE
+# A worker killed mid-task (OOM, SIGKILL) gives the task back instead of acknowledging it (acks_late alone acks
+# it); a redelivered build sees the live one's heartbeat and stands down (rag/tasks.py). ragsite/celery.py keeps
+# Redis's visibility timeout above the longest task limit, so no build still running is handed out twice.
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_BEAT_SCHEDULE = {  # `make run` embeds beat in its worker; in production run one `celery beat`
     "eval-runs-reap": {"task": "evaluation.tasks.eval_runs_reap_task", "schedule": 300.0},
     "ops-alerts": {"task": "opsboard.tasks.alerts_evaluate_task", "schedule": 60.0},
@@ -314,6 +319,9 @@ RAG_WEB_LIMITS = {
     "WS_MESSAGES_PER_MINUTE": env_int("RAG_WEB_WS_MESSAGES_PER_MINUTE", default=20, minimum=1),  # questions
     "SOCKETS_PER_CLIENT": env_int("RAG_WEB_SOCKETS_PER_CLIENT", default=8, minimum=1),  # open at once
     "TOKEN_SHARE": env_float("RAG_WEB_TOKEN_SHARE", default=0.1, minimum=0),  # 0.1 of 200k: 20k ≈ 6 answers
+    # The CG_RAG face (cgrag/) and /retrieve: searches (each query of a /retrieve batch counts) and model calls.
+    "CGRAG_SEARCH_PER_MINUTE": env_int("RAG_CGRAG_SEARCH_PER_MINUTE", default=600, minimum=1),
+    "CGRAG_GENERATE_PER_MINUTE": env_int("RAG_CGRAG_GENERATE_PER_MINUTE", default=30, minimum=1),
 }
 # Sign-in throttling on /ops/login/ and /admin/login/ (ragsite/security.py): failed attempts per address and
 # user name within the window, then 429 until it ends; an address may fail FAILURE_LIMIT x 4 times for all names.
@@ -327,6 +335,9 @@ RAG_ANSWER_STREAMS = {
     "THREADS": env_int("RAG_ANSWER_THREADS", default=8, minimum=1),
     "DEADLINE": env_float("RAG_ANSWER_DEADLINE", default=180.0, minimum=1),
 }
+# Seconds an /api/chat answer may take in all (search and model); past it the model is hung up on and the reply
+# is 504 answer_deadline. A client that disconnects stops its answer the same way.
+RAG_CHAT_DEADLINE_SECONDS = env_float("RAG_CHAT_DEADLINE_SECONDS", default=90.0, minimum=1)
 # The question service's retrieval cache (a face opts in: CG_RAG's retrieve-rerank), per process.
 RAG_RETRIEVAL_CACHE = {
     "TTL_SECONDS": env_float("RAG_RETRIEVAL_CACHE_TTL", default=300.0, minimum=0),
@@ -341,6 +352,12 @@ RAG_CGRAG = {
     "DEFAULT_MAX_ITEMS": env_int("RAG_CGRAG_DEFAULT_MAX_ITEMS", default=10, minimum=1),
     "STREAM_TOKEN_DELAY": env_float("RAG_CGRAG_STREAM_TOKEN_DELAY", default=0.025, minimum=0),  # seconds
 }
+# Who may spend CG_RAG's model tokens (cgrag/limits.py). With a key required (`make prod`), every CG_RAG POST route
+# and /retrieve need `Authorization: Bearer <key>` and the key's limits and usage apply; without, a client's model
+# calls draw on its share (RAG_WEB_LIMITS' TOKEN_SHARE) of this daily pool, RAG_CGRAG_TOKEN_ESTIMATE reserved a call.
+RAG_CGRAG_REQUIRE_KEY = env_bool("RAG_CGRAG_REQUIRE_KEY", default=False)
+RAG_CGRAG_TOKEN_POOL = env_int("RAG_CGRAG_TOKEN_POOL", default=200_000, minimum=0)  # tokens per day
+RAG_CGRAG_TOKEN_ESTIMATE = env_int("RAG_CGRAG_TOKEN_ESTIMATE", default=3_000, minimum=1)  # reserved per call
 
 # CG_RAG's vision routes (cgrag/vision.py): an OpenAI-compatible multimodal chat model. The seed's CG_RAG_VISION_*
 # names win over our RAG_VISION_* ones; without a base URL and model the routes answer 503 vision_not_configured.
@@ -364,6 +381,18 @@ RAG_VISION = {
 
 # A request body may carry CG_RAG's vision images as base64 (4/3 of their bytes), plus 1 MiB for the rest.
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(2_621_440, RAG_VISION["MAX_IMAGES"] * RAG_VISION["MAX_IMAGE_BYTES"] * 4 // 3 + 1_048_576)
+# Guards of the HTTP server against slow and greedy clients (ragsite/serve.py, around Daphne): a request's headers
+# must arrive within HEADER_TIMEOUT seconds, one address holds at most CONNECTIONS_PER_ADDRESS connections, and a
+# body over its route's limit is refused with a JSON 413 as soon as its Content-Length (or its running size) says
+# so, before it is read: JSON_BODY_MAX for the JSON faces, LARGE_BODY_MAX for the vision routes and the rest.
+RAG_HTTP_GUARDS = {
+    "HEADER_TIMEOUT": env_float("RAG_HTTP_HEADER_TIMEOUT", default=10.0, minimum=0.1),
+    "CONNECTIONS_PER_ADDRESS": env_int("RAG_HTTP_CONNECTIONS_PER_ADDRESS", default=64, minimum=1),
+    "JSON_BODY_MAX": env_int("RAG_HTTP_JSON_BODY_MAX", default=65_536, minimum=1024),
+    "LARGE_BODY_MAX": DATA_UPLOAD_MAX_MEMORY_SIZE,
+    "JSON_PREFIXES": ("/api/", "/cg-rag/", "/retrieve", "/mcp", "/ragflow/", "/dify/"),
+    "LARGE_PREFIXES": ("/cg-rag/vision/",),
+}
 
 RAG_SLOW_REQUEST_MS = env_int("RAG_SLOW_REQUEST_MS", default=3000, minimum=1)  # "slow" on the realtime page
 

@@ -56,10 +56,12 @@ def outcome_of(*, result: SearchResult | None, answer: Answer | None, error_code
     """Decide how a request ended, the same way for every channel.
 
     A chitchat question that got its fixed reply was answered as designed: it is not a failure and not an
-    empty result. A search is empty when nothing was adopted; an answer when it is "insufficient material".
+    empty result. A request that found the first index still building is `not_ready`, not failed. A search is empty when nothing was adopted; an answer when it is "insufficient material".
     """
     if error_code == "cancelled":
         return Outcome.CANCELLED
+    if error_code == "index_building":  # the first build is running: not a failure of the service
+        return Outcome.NOT_READY
     if error_code:
         return Outcome.FAILED
     if result is not None and result.plan.kind == "chitchat":

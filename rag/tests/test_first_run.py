@@ -192,3 +192,47 @@ def test_the_server_warms_up_on_a_thread_only_when_asked(settings, monkeypatch):
     thread.join(5)
     assert calls == [1] and thread.daemon
 
+
+
+@pytest.mark.django_db
+def test_questions_during_the_first_build_are_recorded_not_ready_not_failed(client, corpus_copy,
+                                                                           django_capture_on_commit_callbacks, settings):
+    """A fresh install asked while it builds is starting, not failing: no failure for the ops site to alert on."""
+    from opsboard.services import alerts_evaluate
+    from rag.models import RequestRecord
+
+    settings.RAG_ALERTS = {**settings.RAG_ALERTS, "MIN_REQUESTS": 3}
+
+    kb = make_kb(corpus_copy)
+    with django_capture_on_commit_callbacks(execute=False):
+        index_build_queue(kb)
+
+    ids = [client.post("/api/search", {"question": f"PerspectiveCamera fov {n}", "kb": "sdk"},
+                       content_type="application/json").json()["request_id"] for n in range(3)]
+
+    records = RequestRecord.objects.filter(request_id__in=ids)
+    assert {(r.outcome, r.error_code) for r in records} == {("not_ready", "index_building")}
+    assert not RequestRecord.objects.filter(outcome=RequestRecord.Outcome.FAILED).exists()
+    assert "failure_rate" not in {alert.rule for alert in alerts_evaluate()}
+
+
+@pytest.mark.django_db
+def test_replies_of_index_building_do_not_use_up_a_clients_limit(client, corpus_copy,
+                                                                   django_capture_on_commit_callbacks, settings):
+    from rag import limits
+
+    limits.reset()
+    settings.RAG_WEB_LIMITS = {**settings.RAG_WEB_LIMITS, "CHAT_PER_MINUTE": 1, "SEARCH_PER_MINUTE": 1}
+    kb = make_kb(corpus_copy)
+    with django_capture_on_commit_callbacks(execute=False) as queued:
+        index_build_queue(kb)
+
+    asked = [client.post(f"/api/{face}", {"question": "PerspectiveCamera fov", "kb": "sdk"},
+                         content_type="application/json") for face in ("chat", "chat", "search", "search")]
+    queued[0]()  # the build ends
+    after = [client.post(f"/api/{face}", {"question": "PerspectiveCamera fov", "kb": "sdk"},
+                         content_type="application/json") for face in ("chat", "search")]
+
+    assert [(r.status_code, r.json()["code"]) for r in asked] == [(503, "index_building")] * 4
+    assert [r.status_code for r in after] == [200, 200]
+    limits.reset()
