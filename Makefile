@@ -35,13 +35,14 @@ run: migrate
 # The production stack on this machine's PostgreSQL and Redis (override DATABASE_URL, REDIS_URL, RAG_DATA_DIR):
 # the Procfile under honcho, 2 Daphne processes on one socket, a Celery worker and beat. Ctrl-C stops them all.
 # MCP runs without sessions there: a session lives in one process, and the kernel hands a request to either.
+# CG_RAG's routes need an API key there (RAG_CGRAG_REQUIRE_KEY): they spend model tokens.
 PROD_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/rag
 PROD_REDIS_URL ?= redis://127.0.0.1:6379/0
 prod: install
 	@export DATABASE_URL="$${DATABASE_URL:-$(PROD_DATABASE_URL)}" REDIS_URL="$${REDIS_URL:-$(PROD_REDIS_URL)}"; \
 	export CELERY_BROKER_URL="$${CELERY_BROKER_URL:-$$REDIS_URL}" CELERY_RESULT_BACKEND="$${CELERY_RESULT_BACKEND:-$$REDIS_URL}"; \
 	export RAG_DATA_DIR="$${RAG_DATA_DIR:-$(CURDIR)/data/prod}" RAG_EMBEDDING_THREADS="$${RAG_EMBEDDING_THREADS:-1}"; \
-	export RAG_MCP_STATELESS="$${RAG_MCP_STATELESS:-true}"; \
+	export RAG_MCP_STATELESS="$${RAG_MCP_STATELESS:-true}" RAG_CGRAG_REQUIRE_KEY="$${RAG_CGRAG_REQUIRE_KEY:-true}"; \
 	export PATH="$(CURDIR)/$(VENV)/bin:$$PATH" HOST="$(HOST)" PORT="$(PORT)"; \
 	mkdir -p "$$RAG_DATA_DIR/celery" && $(PY) -m ragsite.createdb && $(PY) manage.py migrate --noinput -v0 && \
 	$(PY) manage.py collectstatic --noinput -v0 && $(PY) manage.py rag reindex --if-changed --background && \

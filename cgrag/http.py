@@ -5,29 +5,38 @@ ASCII characters, no space), else makes a `req_…` one, and sends it back on ev
 the seed's envelope `{request_id, error: {code, message, details}}`: 400 `invalid_request` with pydantic's
 error items, the question service's ServiceError with its status (429 `capacity.exceeded` adds `category`
 and `retryable`), and anything unexpected 500 `service_error` with nothing of the exception in the body.
+A POST must declare a JSON body (415 `unsupported_media_type`), brings a key when RAG_CGRAG_REQUIRE_KEY is on,
+and counts against the client's limits (cgrag/limits.py) before the view runs.
 
 `sse_response(events)` streams a blocking iterator of (event, data) pairs: it runs in a thread of its own and
 hands each event to the loop, so Django streams it as written (Django reads a synchronous iterator whole
-under ASGI), and a client that disconnects sets the cancel flag the iterator polls.
+under ASGI), and a client that disconnects sets the cancel flag the iterator polls. A stream waits for its
+thread as a request waits for capacity, and says so in SSE frames when none comes (seed 004).
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import logging
 import re
 import threading
+import time
 from collections.abc import Callable, Iterator
 
+from django.conf import settings
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from cgrag.inputs import InvalidRequest
+from cgrag.limits import KEY_TOOL, Spender
 from rag.capacity import CapacityExceeded
+from rag.clients import request_address
 from rag.errors import ServiceError
+from rag.limits import Client
 from rag.services.records import new_request_id
-from rag.streams import BUSY_RETRY_AFTER, DEADLINE_PASSED, answer_streams, relay
+from rag.streams import DEADLINE_PASSED, Slot, answer_streams, relay
 
 log = logging.getLogger(__name__)
 
@@ -71,8 +80,40 @@ def json_response(request_id: str, body: dict, status: int = 200, headers: dict 
     return response
 
 
-def route(*methods: str):
+def json_declared(request: HttpRequest) -> bool:
+    """Whether a POST's body is declared JSON: `application/json` (any parameters), or no body and no type.
+    A page on another site can post `text/plain`, a form or multipart without asking (a CORS simple request),
+    never `application/json`; so refusing the rest keeps other sites' pages from spending this service."""
+    declared = (request.META.get("CONTENT_TYPE") or "").split(";", 1)[0].strip().lower()
+    if declared == "application/json":
+        return True
+    return not declared and not request.body
+
+
+def admit(request: HttpRequest, limit: str | None) -> Spender:
+    """The caller of a POST route: its key when RAG_CGRAG_REQUIRE_KEY is on (401 without one, the key's rate and
+    quota), then one request counted against the client's `limit` ("search" or "generate") when given."""
+    spender = Spender(Client.of_request(request))
+    if settings.RAG_CGRAG_REQUIRE_KEY:
+        from apikeys.api import bearer_of, key_refusal
+        from apikeys.services import api_key_admit_call, api_key_authenticate
+
+        raw = bearer_of(request.headers.get("Authorization", ""))  # 401 `missing_api_key` with its challenge
+        try:
+            spender.key = api_key_authenticate(raw=raw, address=request_address(request))
+        except ServiceError as exc:
+            raise key_refusal(exc) from None
+        spender.headers = api_key_admit_call(key=spender.key, tool=KEY_TOOL)
+    request.cgrag_spender = spender
+    if limit is not None:
+        spender.count(f"cgrag_{limit}")
+    return spender
+
+
+def route(*methods: str, limit: str | None = None):
     """A CG_RAG route: method check, request id, and the error envelope for whatever the view raises.
+    A POST also needs a JSON body (415 `unsupported_media_type`), a key when one is required, and counts against
+    the client's `limit` ("search" or "generate"; None: the view counts, as /retrieve does for each query).
     The view is called as view(request, request_id) and returns a dict (a 200 JSON body) or a response."""
 
     def decorate(view: Callable):
@@ -84,6 +125,12 @@ def route(*methods: str):
                 error = ServiceError("method_not_allowed", f"Use {' or '.join(methods)} here.", status=405)
                 return json_response(request_id, error_body(request_id, error), 405, {"Allow": ", ".join(methods)})
             try:
+                if request.method == "POST":
+                    if not json_declared(request):
+                        error = ServiceError("unsupported_media_type",
+                                             "Send the body as JSON, with Content-Type: application/json.", status=415)
+                        return json_response(request_id, error_body(request_id, error), 415)
+                    admit(request, limit)
                 result = view(request, request_id, *args, **kwargs)
             except InvalidRequest as exc:
                 return json_response(request_id, error_body(request_id, exc), 400)
@@ -92,10 +139,13 @@ def route(*methods: str):
             except Exception:
                 log.exception("CG_RAG %s %s failed (request %s)", request.method, request.path, request_id)
                 return json_response(request_id, error_body(request_id, error_of(Exception())), 500)
+            headers = getattr(getattr(request, "cgrag_spender", None), "headers", {})
             if isinstance(result, HttpResponseBase):
+                for name, value in headers.items():
+                    result[name] = value
                 result[HEADER] = request_id
                 return result
-            return json_response(request_id, result)
+            return json_response(request_id, result, headers=headers)
 
         return wrapped
 
@@ -111,17 +161,34 @@ def sse_frame(event: str, data: dict) -> bytes:
 
 
 
-def sse_response(request_id: str, produce: Callable[[Callable[[], bool]], Iterator[tuple[str, dict]]]
-                 ) -> StreamingHttpResponse | JsonResponse:
+WAIT_PAUSES = (0.005, 0.05)  # first and longest pause between tries for an answer thread, as rag.capacity polls
+
+
+async def _answer_slot(streams, wait_timeout: float) -> Slot | None:
+    """An answer thread within `wait_timeout` seconds, or None; polled, because the pool's slots are a semaphore
+    of threads and this waits on the event loop."""
+    deadline = time.monotonic() + wait_timeout
+    pause = WAIT_PAUSES[0]
+    while time.monotonic() < deadline:
+        await asyncio.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+        slot = streams.reserve()
+        if slot is not None:
+            return slot
+        pause = min(pause * 2, WAIT_PAUSES[1])
+    return None
+
+
+def sse_response(request_id: str, produce: Callable[[Callable[[], bool]], Iterator[tuple[str, dict]]],
+                 final_of: Callable[[dict], dict] | None = None) -> StreamingHttpResponse:
     """Stream `produce(cancelled)`'s (event, data) pairs as SSE frames. `produce` runs on an answer thread
     (rag.streams: it may block on the model); `cancelled()` turns true when the client has gone or the answer's
-    deadline passed (then a last `error` frame says `answer_deadline`). With every answer thread taken the
-    reply is 429 `capacity.exceeded` before any frame."""
+    deadline passed (then a last `error` frame says `answer_deadline`).
+
+    With every answer thread taken the stream waits for one as any request waits for capacity (RAG_CAPACITY's
+    WAIT_TIMEOUT); one that still gets none ends, with HTTP 200 as seed 004 says, with an `error` frame of 429
+    `capacity.exceeded` (resource `answer_streams`) and the route's `final_of(error)`."""
     streams = answer_streams()
     slot = streams.reserve()
-    if slot is None:
-        refusal = CapacityExceeded(resource="answer_streams", max=streams.threads, wait_timeout=BUSY_RETRY_AFTER)
-        return json_response(request_id, error_body(request_id, refusal), refusal.status, refusal.headers)
     gone = threading.Event()
 
     def failed(exc: BaseException) -> bytes:  # the producer shapes its own failures; this is a last resort
@@ -129,7 +196,18 @@ def sse_response(request_id: str, produce: Callable[[Callable[[], bool]], Iterat
         return sse_frame("error", {**error_body(request_id, error_of(Exception()))["error"], "request_id": request_id})
 
     async def frames():
+        nonlocal slot
         try:
+            if slot is None:
+                wait = float(settings.RAG_CAPACITY["WAIT_TIMEOUT"])
+                slot = await _answer_slot(streams, wait)
+                if slot is None:
+                    refusal = CapacityExceeded(resource="answer_streams", max=streams.threads, wait_timeout=wait)
+                    error = error_body(request_id, refusal)["error"]
+                    yield sse_frame("error", {**error, "request_id": request_id})
+                    if final_of is not None:
+                        yield sse_frame("final", final_of(error))
+                    return
             frames_of = lambda cancelled: (sse_frame(event, data) for event, data in produce(cancelled))  # noqa: E731
             async for item in relay(slot, frames_of, cancel=gone, on_error=failed):
                 if item is DEADLINE_PASSED:
@@ -139,9 +217,12 @@ def sse_response(request_id: str, produce: Callable[[Callable[[], bool]], Iterat
                 yield item
         finally:
             gone.set()  # a disconnect cancels this generator: the producer stops at its next check
+            if slot is not None:
+                slot.release()  # a slot taken but never started; no-op once its answer ran
 
     response = StreamingHttpResponse(frames(), content_type="text/event-stream; charset=utf-8")
-    response._resource_closers.append(slot.release)  # a stream never started gives its slot back on close
+    if slot is not None:
+        response._resource_closers.append(slot.release)  # a stream never started gives its slot back on close
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"
     response[HEADER] = request_id

@@ -104,7 +104,19 @@ def json_object(raw: bytes) -> dict:
         raise invalid("body", "The body must be a JSON object.", "json_invalid") from None
     if not isinstance(value, dict):
         raise invalid("body", "The body must be a JSON object.", "dict_type")
+    if not is_text(value):  # `\ud800` reads as a lone surrogate, which no later step can encode
+        raise invalid("body", "The body holds a lone surrogate (\\ud800-\\udfff), which is not Unicode text.",
+                      "string_unicode")
     return value
+
+
+def is_text(value) -> bool:
+    """Whether every string in a JSON value (keys too) is Unicode text: no lone surrogate."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def invalid(loc: str, message: str, kind: str = "value_error") -> InvalidRequest:

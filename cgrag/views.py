@@ -19,9 +19,10 @@ from cgrag import scopes
 from cgrag.http import error_body, error_of, route, sse_response
 from cgrag.inputs import (ConstrainedGenerateInput, InvalidRequest, RagInput, RetrieveRerankInput, WarmupInput, invalid,
                           json_object, parse)
+from cgrag.limits import Spender
 from cgrag.shapes import generation_of, retrieval_of
 from cgrag.vision import vision_health
-from rag.capacity import CapacityGate, capacity_stats
+from rag.capacity import capacity_stats
 from rag.models import Channel
 from rag.retrieval_cache import retrieval_cache
 from rag.services.profiles import embedding_summary, generation_provider, host_of, profile_of, rerank_summary
@@ -40,19 +41,19 @@ def _caller(request_id: str, arguments: dict) -> Caller:
     return Caller(transport="http", arguments={**arguments, "x_request_id": request_id})
 
 
-def _question(query: str, slug: str, topk: int, request_id: str, arguments: dict,
+def _question(query: str, slug: str, topk: int, request_id: str, arguments: dict, spender: Spender,
               channel: Channel = Channel.CGRAG) -> QuestionRequest:
     return QuestionRequest(question=query, channel=channel, kb=slug, candidates=topk, cache=True,
-                           caller=_caller(request_id, arguments), capacity=CapacityGate())
+                           caller=_caller(request_id, arguments), capacity=spender.gate())
 
 
-def _scoped_question(body, request_id: str, arguments: dict, channel: Channel = Channel.CGRAG
+def _scoped_question(body, request_id: str, arguments: dict, spender: Spender, channel: Channel = Channel.CGRAG
                      ) -> tuple[QuestionRequest, dict, int]:
     """A search of the body's scope (made the active one) for its query, `topk` defaulting to settings:
     the question, the scope switch item and the topk asked."""
     topk = body.topk if body.topk is not None else _config()["DEFAULT_TOPK"]
     item = scopes.scope_activate(body.scope)
-    return _question(body.query, item["normalized_scope"], topk, request_id, arguments, channel), item, topk
+    return _question(body.query, item["normalized_scope"], topk, request_id, arguments, spender, channel), item, topk
 
 
 # -- routes --------------------------------------------------------------------------------------------------
@@ -105,48 +106,63 @@ def profiles(request: HttpRequest, request_id: str) -> dict:
     return scopes.profiles()
 
 
-@route("POST")
+@route("POST", limit="search")
 def retrieve_rerank(request: HttpRequest, request_id: str) -> dict:
     body = parse(RetrieveRerankInput, request.body)
-    question, item, topk = _scoped_question(body, request_id, {"scope": body.scope, "topk": body.topk})
+    question, item, topk = _scoped_question(body, request_id, {"scope": body.scope, "topk": body.topk},
+                                            Spender.of_request(request))
     outcome = question_search(question)
     return {"request_id": request_id, **retrieval_of(outcome, item, topk)}
 
 
-@route("POST")
+@route("POST", limit="generate")
 def constrained_generate(request: HttpRequest, request_id: str) -> dict:
     body = parse(ConstrainedGenerateInput, request.body)
+    spender = Spender.of_request(request)
     candidates = [Candidate(title=doc.law_name, article=doc.article_number, text=doc.contents,
                             chunk_id=doc.chunk_id, source=doc.source) for doc in body.retrieval_docs]
     max_items = body.max_items if body.max_items is not None else _config()["DEFAULT_MAX_ITEMS"]
     question = QuestionRequest(question=body.query, channel=Channel.CGRAG, caller=_caller(request_id, {
         "route": "constrained-generate", "max_items": body.max_items, "num_docs": len(candidates)}),
-        capacity=CapacityGate())
+        capacity=spender.gate())
     outcome = question_choose(question, candidates=candidates, max_items=max_items,
                               thinking=body.generation_enable_thinking)
+    spender.settle(outcome.usage, answered=outcome.choice is not None)
     return {"request_id": request_id, **generation_of(outcome, include_debug=body.include_debug)}
 
 
-def _rag_request(body: RagInput, request_id: str, route_name: str) -> tuple[QuestionRequest, dict, int, int]:
+def _rag_request(body: RagInput, request_id: str, route_name: str, spender: Spender
+                 ) -> tuple[QuestionRequest, dict, int, int]:
     max_items = body.max_items if body.max_items is not None else _config()["DEFAULT_MAX_ITEMS"]
     question, item, topk = _scoped_question(body, request_id, {"route": route_name, "scope": body.scope,
-                                                                "topk": body.topk, "max_items": body.max_items})
+                                                                "topk": body.topk, "max_items": body.max_items},
+                                            spender)
     return question, item, topk, max_items
 
 
-@route("POST")
+@route("POST", limit="generate")
 def rag(request: HttpRequest, request_id: str) -> dict:
     body = parse(RagInput, request.body)
-    question, item, topk, max_items = _rag_request(body, request_id, request.path.rsplit("/", 1)[-1])
+    spender = Spender.of_request(request)
+    question, item, topk, max_items = _rag_request(body, request_id, request.path.rsplit("/", 1)[-1], spender)
     outcome = question_choose(question, max_items=max_items, thinking=body.generation_enable_thinking)
+    spender.settle(outcome.usage, answered=outcome.choice is not None)
     return {"query": body.query, "request_id": request_id, "retrieval": retrieval_of(outcome.search, item, topk),
             "generation": generation_of(outcome, include_debug=body.include_debug)}
 
 
-@route("POST")
+def _failed_final(query: str, retrieval: dict, error: dict, request_id: str) -> dict:
+    """rag/stream's final body after an error: the retrieval so far, and the generation's failure."""
+    return {"query": query, "retrieval": retrieval,
+            "generation": {"ok": False, "error": error, "pred_indices": [], "pred_items": [], "pred_raw": ""},
+            "request_id": request_id}
+
+
+@route("POST", limit="generate")
 def rag_stream(request: HttpRequest, request_id: str):
     body = parse(RagInput, request.body)
-    question, item, topk, max_items = _rag_request(body, request_id, "rag/stream")
+    spender = Spender.of_request(request)
+    question, item, topk, max_items = _rag_request(body, request_id, "rag/stream", spender)
 
     def events(cancelled) -> Iterator[tuple[str, dict]]:
         tag = {"request_id": request_id}
@@ -164,6 +180,7 @@ def rag_stream(request: HttpRequest, request_id: str):
                 elif isinstance(event, TokenEvent):
                     yield "token", {"channel": "answer", "text": event.text, **tag}
                 elif isinstance(event, ChoiceEvent):
+                    spender.settle(event.outcome.usage, answered=event.outcome.choice is not None)
                     generation = generation_of(event.outcome, include_debug=body.include_debug)
                     if not generation["ok"]:
                         yield "error", {**generation["error"], **tag}
@@ -172,14 +189,12 @@ def rag_stream(request: HttpRequest, request_id: str):
         except Exception as exc:  # noqa: BLE001 - after the headers, every failure is an error then a final frame
             error = error_body(request_id, error_of(exc))["error"]
             yield "error", {**error, **tag}
-            yield "final", {"query": body.query, "retrieval": retrieval,
-                            "generation": {"ok": False, "error": error, "pred_indices": [], "pred_items": [],
-                                           "pred_raw": ""}, **tag}
+            yield "final", _failed_final(body.query, retrieval, error, request_id)
 
-    return sse_response(request_id, events)
+    return sse_response(request_id, events, lambda error: _failed_final(body.query, {}, error, request_id))
 
 
-@route("POST")
+@route("POST", limit="search")
 def warmup(request: HttpRequest, request_id: str) -> dict:
     body = parse(WarmupInput, request.body)
     requested = body.scopes if body.scopes is not None else scopes.available_scopes()
@@ -241,25 +256,29 @@ def _clamped(value, default: int) -> int:
 @route("POST")
 def retrieve(request: HttpRequest, request_id: str) -> dict:
     raw = json_object(request.body)
+    spender = Spender.of_request(request)
     if "queries" in raw:
-        return _retrieve_batch(raw, request_id)
+        return _retrieve_batch(raw, request_id, spender)
     body = _Lenient(raw)
+    spender.count("cgrag_search")
     question, item, topk = _scoped_question(body, request_id, {"route": "retrieve", "scope": body.requested_scope,
-                                                               "topk": raw.get("topk")})
+                                                               "topk": raw.get("topk")}, spender)
     outcome = question_search(question)
     shaped = retrieval_of(outcome, item, topk, with_cache=False)
     shaped["pipeline"]["requested_scope"] = body.requested_scope
     return {"request_id": request_id, **shaped}
 
 
-def _retrieve_batch(raw: dict, request_id: str) -> dict:
+def _retrieve_batch(raw: dict, request_id: str, spender: Spender) -> dict:
     """Search-R1 / verl's retriever: {"queries": [...], "topk": N, "return_scores": bool} →
-    {"result": [[{"document": {"id", "contents"}, "score"}, ...], ...]}, contents being `"<title>"\\n<text>`."""
+    {"result": [[{"document": {"id", "contents"}, "score"}, ...], ...]}, contents being `"<title>"\\n<text>`.
+    Each query counts against the client's search limit, all of them before the first search."""
     queries = raw.get("queries")
     if not isinstance(queries, list) or not queries or not all(isinstance(q, str) and q.strip() for q in queries):
         raise invalid("queries", "queries must be a non-empty list of non-empty strings", "list_type")
     if len(queries) > 64:
         raise invalid("queries", "at most 64 queries per request", "too_long")
+    spender.count("cgrag_search", len(queries))
     topk = _clamped(raw.get("topk"), _config()["DEFAULT_TOPK"])
     scores = raw.get("return_scores") is True
     scope = raw.get("scope")
@@ -268,7 +287,7 @@ def _retrieve_batch(raw: dict, request_id: str) -> dict:
     for query in queries:
         outcome = question_search(_question(query, item["normalized_scope"], topk, request_id,
                                             {"route": "retrieve", "batch": len(queries), "topk": raw.get("topk")},
-                                            Channel.SEARCH_R1))
+                                            spender, Channel.SEARCH_R1))
         documents = [{"document": {"id": hit.chunk.chunk_id, "contents": f'"{hit.chunk.title}"\n{hit.chunk.text}'},
                       "score": round(float(hit.score), 6)} for hit in outcome.candidates]
         result.append(documents if scores else [entry["document"] for entry in documents])

@@ -21,7 +21,9 @@ from pydantic import Field, StrictBool, StrictStr, StringConstraints
 from cgrag import scopes
 from cgrag.http import error_body, error_of, route, sse_response
 from cgrag.inputs import Body, Scope, parse
+from cgrag.limits import Spender
 from cgrag.shapes import doc_of
+from rag.errors import ServiceError
 from rag.services.profiles import host_of
 from rag.services.questions import TokenEvent
 from rag.services.records import MAX_QUESTION_CHARS
@@ -64,7 +66,21 @@ def _ask(request: HttpRequest, request_id: str, route_name: str, model=VisionInp
                      thinking=body.generation_enable_thinking, kb=slug)
     if slug is not None:
         scopes.scope_activate(body.scope)
+    Spender.of_request(request).reserve()  # every checked ask calls the model
     return ask, body
+
+
+def _billed(request: HttpRequest, call):
+    """Run a vision call and settle what its model spent; an upstream that failed spent nothing."""
+    spender = Spender.of_request(request)
+    try:
+        outcome = call()
+    except ServiceError as exc:
+        if exc.code == "vision_upstream_error":
+            spender.settle(None, answered=False)
+        raise
+    spender.settle(outcome.usage, answered=True)
+    return outcome
 
 
 # -- shapes ---------------------------------------------------------------------------------------------------
@@ -95,7 +111,7 @@ def failed_of(mode: str, request_id: str, error: dict) -> dict:
     return body
 
 
-def _stream(request_id: str, events, mode: str, shape) -> Iterator[tuple[str, dict]]:
+def _stream(request_id: str, events, mode: str, shape, spender: Spender) -> Iterator[tuple[str, dict]]:
     tag = {"request_id": request_id}
     try:
         for event in events:
@@ -106,8 +122,11 @@ def _stream(request_id: str, events, mode: str, shape) -> Iterator[tuple[str, di
             elif isinstance(event, AnswerReset):
                 yield "answer_reset", {"reason": event.reason, **tag}
             elif isinstance(event, Outcome):
+                spender.settle(event.outcome.usage, answered=True)
                 yield "final", shape(event.outcome)
     except Exception as exc:  # noqa: BLE001 - after the headers, every failure is an error then a final frame
+        if isinstance(exc, ServiceError) and exc.code == "vision_upstream_error":
+            spender.settle(None, answered=False)
         error = error_body(request_id, error_of(exc))["error"]
         yield "error", {**error, **tag}
         yield "final", failed_of(mode, request_id, error)
@@ -118,27 +137,28 @@ def _stream(request_id: str, events, mode: str, shape) -> Iterator[tuple[str, di
 # -- the routes -----------------------------------------------------------------------------------------------
 
 
-@route("POST")
+@route("POST", limit="generate")
 def answer(request: HttpRequest, request_id: str) -> dict:
     ask, body = _ask(request, request_id, "vision/answer")
-    return answer_of(vision_answer(ask), request_id, include_debug=body.include_debug)
+    return answer_of(_billed(request, lambda: vision_answer(ask)), request_id, include_debug=body.include_debug)
 
 
-@route("POST")
+@route("POST", limit="generate")
 def answer_stream(request: HttpRequest, request_id: str):
     ask, body = _ask(request, request_id, "vision/answer/stream")
+    spender = Spender.of_request(request)
 
     def produce(cancelled):
         return _stream(request_id, vision_answer_stream(ask, cancelled), "vision_answer",
-                       lambda outcome: answer_of(outcome, request_id, include_debug=body.include_debug))
+                       lambda outcome: answer_of(outcome, request_id, include_debug=body.include_debug), spender)
 
-    return sse_response(request_id, produce)
+    return sse_response(request_id, produce, lambda error: failed_of("vision_answer", request_id, error))
 
 
-@route("POST")
+@route("POST", limit="generate")
 def observe(request: HttpRequest, request_id: str) -> dict:
     ask, body = _ask(request, request_id, "vision/observe")
-    outcome = vision_observe(ask)
+    outcome = _billed(request, lambda: vision_observe(ask))
     result = {"ok": True, "request_id": request_id, "labels": list(outcome.labels), "description": outcome.description,
               "parse_status": outcome.parse_status, "dropped_labels": list(outcome.dropped_labels),
               "usage": outcome.usage.as_dict()}
@@ -147,18 +167,19 @@ def observe(request: HttpRequest, request_id: str) -> dict:
     return result
 
 
-@route("POST")
+@route("POST", limit="generate")
 def agentic(request: HttpRequest, request_id: str) -> dict:
     ask, body = _ask(request, request_id, "vision/agentic", AgenticInput)
-    return agentic_of(vision_agentic(ask), request_id, include_debug=body.include_debug)
+    return agentic_of(_billed(request, lambda: vision_agentic(ask)), request_id, include_debug=body.include_debug)
 
 
-@route("POST")
+@route("POST", limit="generate")
 def agentic_stream(request: HttpRequest, request_id: str):
     ask, body = _ask(request, request_id, "vision/agentic/stream", AgenticInput)
+    spender = Spender.of_request(request)
 
     def produce(cancelled):
         return _stream(request_id, vision_agentic_stream(ask, cancelled), "vision_agentic",
-                       lambda outcome: agentic_of(outcome, request_id, include_debug=body.include_debug))
+                       lambda outcome: agentic_of(outcome, request_id, include_debug=body.include_debug), spender)
 
-    return sse_response(request_id, produce)
+    return sse_response(request_id, produce, lambda error: failed_of("vision_agentic", request_id, error))

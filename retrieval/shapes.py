@@ -3,8 +3,27 @@ RAGFlow's public API names, and Dify's records. Nothing is computed here that th
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 from rag.services.filters import document_url
 from rag.services.retrieval import DocumentAggregate, RetrievalOutcome, RetrievedChunk
+
+
+LINK_SCHEMES = ("http", "https")
+
+
+def link_of(document) -> str:
+    """The page's url when a reader may follow it: http(s), or relative to the site; else "". A front matter
+    `url: javascript:…` (or data:, file:, …) never reaches a reply, nor one with spaces or control characters,
+    which browsers strip before they read the scheme."""
+    url = document_url(document) if document is not None else ""
+    if not url or "\\" in url or any(ord(c) <= 0x20 or ord(c) == 0x7f for c in url):
+        return ""
+    try:
+        scheme = urlsplit(url).scheme.lower()
+    except ValueError:  # an unbalanced IPv6 bracket and the like
+        return ""
+    return url if scheme in LINK_SCHEMES or not scheme else ""
 
 
 def _labels(document) -> list[dict]:
@@ -41,7 +60,7 @@ def seed_chunk(chunk: RetrievedChunk, outcome: RetrievalOutcome) -> dict:
         "source": chunk.kb.slug,
         "character_count": len(chunk.text),
         "duration": "",
-        "url": document_url(chunk.document) if chunk.document is not None else "",
+        "url": link_of(chunk.document),
         "title": chunk.title,
     }
     if chunk.rank_score is not None:
@@ -77,7 +96,7 @@ def ragflow_chunk(chunk: RetrievedChunk, *, with_highlight: bool) -> dict:
         "similarity": chunk.score,
         "vector_similarity": chunk.vector_similarity,
         "term_similarity": chunk.term_similarity,
-        "url": document_url(chunk.document) if chunk.document is not None else None,
+        "url": link_of(chunk.document) if chunk.document is not None else None,
         "doc_type": "",
     }
     if with_highlight:
@@ -104,7 +123,7 @@ def dify_record(chunk: RetrievedChunk) -> dict:
     metadata = dict(document.metadata) if document is not None and isinstance(document.metadata, dict) else {}
     metadata.update({"document_id": _doc_id(document), "doc_id": _doc_id(document), "path": chunk.source,
                      "chunk_id": chunk.chunk_id, "knowledge_id": str(chunk.kb.pk), "heading": chunk.title,
-                     "url": document_url(document) if document is not None else "",
+                     "url": link_of(document),
                      "labels": _labels_by_name(document)})
     title = document.title if document is not None and document.title else chunk.source
     return {"content": chunk.text, "score": chunk.score, "title": title, "metadata": metadata}

@@ -16,10 +16,11 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apikeys.api import is_bearer
+from apikeys.services import api_key_admit_call
 from rag.errors import ServiceError
-from rag.models import Channel
+from rag.models import Channel, KnowledgeBase
 from rag.services.filters import condition_of, filter_of
-from rag.services.retrieval import RetrievalRequest, question_retrieve, retrieval_app_check
+from rag.services.retrieval import RetrievalRequest, knowledge_bases_of, question_retrieve, retrieval_app_check
 from retrieval import schema as openapi
 from retrieval.keys import caller_of, key_call, key_of
 from retrieval.shapes import dify_record, ragflow_data, seed_data
@@ -46,6 +47,19 @@ METHOD_NOT_ALLOWED = ServiceError("method_not_allowed", "Use POST.", status=405,
 
 def _refuse_constant(name: str):
     raise ValueError(f"{name} is not JSON")  # NaN and Infinity: Python's json reads them, JSON (and the database) not
+
+
+LONE_SURROGATE = "The body holds a lone surrogate (\\ud800-\\udfff), which is not Unicode text."
+
+
+def _is_text(value) -> bool:
+    """Whether every string of a JSON value (keys too) is Unicode text: `"\\ud800"` reads as a lone surrogate,
+    which no later step (the database, the reply) can encode."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _list_or_none(body: dict, name: str):
@@ -132,6 +146,8 @@ class RetrievalApi(APIView):
         body = request.data
         if not isinstance(body, dict):
             raise ServiceError("invalid_request", "The body must be a JSON object.")
+        if not _is_text(body):
+            raise ServiceError("invalid_request", LONE_SURROGATE)
         caller = caller_of(key, Channel.RETRIEVAL_API, body)
         with key_call(key, caller, body.get("question")) as call:
             app_id = body.get("app_id") if body.get("app_id") is not None else body.get("dialog_id")
@@ -182,6 +198,8 @@ def _json_object(request: HttpRequest, *, when_empty: dict | None = None) -> dic
         raise ServiceError("invalid_request", "The body must be JSON.") from None
     if not isinstance(body, dict):
         raise ServiceError("invalid_request", "The body must be a JSON object.")
+    if not _is_text(body):
+        raise ServiceError("invalid_request", LONE_SURROGATE)
     return body
 
 
@@ -239,6 +257,124 @@ def ragflow_retrieval(request: HttpRequest) -> JsonResponse:
     highlight = body.get("highlight") is True
     return _with_headers(JsonResponse({"code": 0, "data": ragflow_data(outcome, with_highlight=highlight)}),
                          call["headers"])
+
+
+# -- RAGFlow: the dataset listings a client calls before it retrieves, and RAGFlow's envelope everywhere -------
+
+# RAGFlow's list_datasets / list_documents orderings (create_time by default) and its RetCode.NOT_FOUND.
+RAGFLOW_ORDERINGS = {"create_time": "created_at", "update_time": "updated_at"}
+RAGFLOW_DOCUMENT_ORDERINGS = {"create_time": "first_seen_at", "update_time": "changed_at"}
+RAGFLOW_NOT_FOUND = 404
+
+
+def _query_integer(request: HttpRequest, name: str, default: int, high: int) -> int:
+    raw = request.GET.get(name)
+    if raw in (None, ""):
+        return default
+    if not raw.isdigit() or not 1 <= int(raw) <= high:
+        raise ServiceError("invalid_request", f"{name} must be an integer from 1 to {high}.")
+    return int(raw)
+
+
+def _page_of(request: HttpRequest, rows: list) -> list:
+    page = _query_integer(request, "page", 1, 100_000)
+    page_size = _query_integer(request, "page_size", RAGFLOW_PAGE_SIZE, RAGFLOW_MAX_PAGE_SIZE)
+    return rows[(page - 1) * page_size:page * page_size]
+
+
+def _ordered(request: HttpRequest, rows: list, fields: dict[str, str]) -> list:
+    field = fields.get(request.GET.get("orderby") or "create_time", fields["create_time"])
+    descending = (request.GET.get("desc") or "true").lower() not in ("false", "0")
+    return sorted(rows, key=lambda row: (getattr(row, field), row.pk), reverse=descending)
+
+
+def _milliseconds(moment) -> int:
+    return int(moment.timestamp() * 1000) if moment is not None else 0
+
+
+def _ragflow_keyed(request: HttpRequest):
+    """The caller's key, admitted as one call of the RAGFlow face: (key, its RateLimit-* headers)."""
+    key = key_of(request)
+    return key, api_key_admit_call(key=key, tool=Channel.RAGFLOW.value)
+
+
+def _ragflow_dataset(kb) -> dict:
+    documents = list(kb.documents.all())
+    version = kb.active_version
+    return {"id": str(kb.pk), "name": kb.slug, "avatar": "", "description": kb.name, "tenant_id": "",
+            "embedding_model": version.model_id if version is not None else "", "language": kb.language,
+            "permission": "me", "document_count": len(documents),
+            "chunk_count": sum(document.chunk_count for document in documents), "chunk_method": "naive",
+            "parser_config": {}, "pagerank": 0, "status": "1" if version is not None else "0",
+            "create_time": _milliseconds(kb.created_at), "update_time": _milliseconds(kb.updated_at)}
+
+
+def _ragflow_document(document) -> dict:
+    return {"id": str(document.pk), "name": document.path, "location": document.path,
+            "dataset_id": str(document.kb_id), "knowledge_id": str(document.kb_id), "thumbnail": None,
+            "type": "doc", "source_type": "local", "chunk_method": "naive", "parser_config": {},
+            "size": document.size, "token_count": 0, "chunk_count": document.chunk_count, "progress": 1.0,
+            "progress_msg": "", "process_begin_at": None, "process_duration": 0.0, "run": "DONE", "status": "1",
+            "meta_fields": document.metadata if isinstance(document.metadata, dict) else {}, "created_by": "",
+            "create_time": _milliseconds(document.first_seen_at), "update_time": _milliseconds(document.changed_at)}
+
+
+@csrf_exempt
+def ragflow_datasets(request: HttpRequest) -> JsonResponse:
+    """RAGFlow's `GET /api/v1/datasets` (ragflow_sdk's `list_datasets()`): the knowledge bases the key may search,
+    its app's when it is bound to one; `id` and `name` narrow it, and one that names none is code 102."""
+    if request.method != "GET":
+        return _ragflow_failure(ServiceError("method_not_allowed", "Use GET.", status=405, headers={"Allow": "GET"}))
+    try:
+        key, headers = _ragflow_keyed(request)
+        kbs = key.app.knowledge_bases.all() if key.app is not None else KnowledgeBase.objects.all()
+        kbs = kbs.select_related("active_version")
+        wanted_id, wanted_name = request.GET.get("id"), request.GET.get("name")
+        if wanted_id:
+            kbs = kbs.filter(pk=int(wanted_id)) if wanted_id.isdigit() else kbs.none()
+        if wanted_name:
+            kbs = kbs.filter(slug=wanted_name)
+        rows = _ordered(request, list(kbs), RAGFLOW_ORDERINGS)
+        if (wanted_id or wanted_name) and not rows:
+            raise ServiceError("kb_not_found", f"You don't own the dataset {wanted_id or wanted_name}.", status=404)
+        data = [_ragflow_dataset(kb) for kb in _page_of(request, rows)]
+    except Exception as exc:  # noqa: BLE001 - every failure becomes RAGFlow's {code, message}
+        return _ragflow_failure(exc)
+    return _with_headers(JsonResponse({"code": 0, "data": data}), headers)
+
+
+@csrf_exempt
+def ragflow_documents(request: HttpRequest, dataset_id: str) -> JsonResponse:
+    """RAGFlow's `GET /api/v1/datasets/<id>/documents` (a dataset's `list_documents()`): its pages, as
+    `{docs, total}`; `id`, `name` and `keywords` (in the name) narrow them."""
+    if request.method != "GET":
+        return _ragflow_failure(ServiceError("method_not_allowed", "Use GET.", status=405, headers={"Allow": "GET"}))
+    try:
+        key, headers = _ragflow_keyed(request)
+        [kb] = knowledge_bases_of([dataset_id], key.app)
+        documents = kb.documents.all()
+        wanted_id, name, keywords = request.GET.get("id"), request.GET.get("name"), request.GET.get("keywords")
+        if wanted_id:
+            documents = documents.filter(pk=int(wanted_id)) if wanted_id.isdigit() else documents.none()
+        if name:
+            documents = documents.filter(path=name)
+        if keywords:
+            documents = documents.filter(path__icontains=keywords)
+        rows = _ordered(request, list(documents), RAGFLOW_DOCUMENT_ORDERINGS)
+        if (wanted_id or name) and not rows:
+            raise ServiceError("kb_not_found", f"You don't own the document {wanted_id or name}.", status=404)
+        data = {"docs": [_ragflow_document(document) for document in _page_of(request, rows)], "total": len(rows)}
+    except Exception as exc:  # noqa: BLE001 - every failure becomes RAGFlow's {code, message}
+        return _ragflow_failure(exc)
+    return _with_headers(JsonResponse({"code": 0, "data": data}), headers)
+
+
+@csrf_exempt
+def ragflow_not_found(request: HttpRequest, rest: str = "") -> JsonResponse:
+    """Every other route under /ragflow/: RAGFlow's envelope with its NOT_FOUND code, never an HTML page."""
+    return JsonResponse({"code": RAGFLOW_NOT_FOUND, "message": f"{request.method} {request.path} is not served here; "
+                         "this server answers RAGFlow's retrieval, dataset and document listing calls.",
+                         "error": "not_found"}, status=404)
 
 
 # -- Dify: POST /dify/retrieval -----------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """Fixtures of the CG_RAG tests: the knowledge base `sdk` (the fixture corpus) as the default scope, a fresh
-retrieval cache, scope state and capacity counters for each test."""
+retrieval cache, scope state, capacity counters and per-client limits for each test."""
 
 import pytest
 
@@ -9,6 +9,8 @@ from rag.tests.conftest import make_built_kb
 
 @pytest.fixture(autouse=True)
 def cgrag_state(settings):
+    from django.core.cache import cache
+
     from cgrag import scopes
     from rag import capacity, retrieval_cache
 
@@ -16,10 +18,12 @@ def cgrag_state(settings):
     retrieval_cache.reset()
     capacity.reset()
     scopes.reset()
+    cache.clear()  # per-client rate windows and token shares: each test is a fresh client
     yield
     retrieval_cache.reset()
     capacity.reset()
     scopes.reset()
+    cache.clear()
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
-"""CG_RAG's SSE answers on the answer threads (rag.streams, issue 16): with every thread taken a stream is
-refused with 429 `capacity.exceeded` before any frame, and a refused stream gives nothing back it did not take."""
+"""CG_RAG's SSE answers on the answer threads (rag.streams, issue 16): with every thread taken a stream waits, then
+ends with an `error` and a `final` frame under HTTP 200 (issue 28, seed 004), and gives nothing back it did not take."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from rag.streams import answer_streams, reset_answer_streams
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
@@ -20,17 +20,19 @@ def one_answer_thread(settings):
     reset_answer_streams()
 
 
-def test_a_stream_beyond_the_answer_threads_is_refused_before_any_frame(client, sdk_kb, one_answer_thread):
+def test_a_stream_beyond_the_answer_threads_is_not_refused_before_its_headers(client, sdk_kb, one_answer_thread,
+                                                                             settings):
+    settings.RAG_CAPACITY = {**settings.RAG_CAPACITY, "WAIT_TIMEOUT": 0}  # the wait: cgrag/tests/test_hardening_streams
     held = one_answer_thread.reserve()
     try:
         response = client.post("/cg-rag/rag/stream", data=json.dumps({"query": "Fog near", "scope": "sdk"}),
                                content_type="application/json")
+        text = b"".join(response).decode()
     finally:
         held.release()
 
-    assert response.status_code == 429 and int(response["Retry-After"]) > 0
-    body = response.json()
-    assert body["error"]["code"] == "capacity.exceeded" and body["error"]["details"]["resource"] == "answer_streams"
+    assert response.status_code == 200 and text.startswith("event: error\n") and "capacity.exceeded" in text
+    assert "answer_streams" in text and "\n\nevent: final\n" in text
     assert one_answer_thread.in_use() == 0
 
 
