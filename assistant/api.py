@@ -143,11 +143,15 @@ class ChatApi(APIView):
                                                   "pool is; both refill at local midnight (`Retry-After`)."),
                               503: error_response("`index_building`: the first index of the knowledge base is being "
                                                   "built; `limits_unavailable`: the client's token share cannot be "
-                                                  "counted right now. Try again after `Retry-After` seconds.")})
+                                                  "counted right now. Try again after `Retry-After` seconds."),
+                              504: error_response("`answer_deadline`: the answer ran past RAG_CHAT_DEADLINE_SECONDS "
+                                                  "and was stopped (it is recorded as cancelled).")})
     def post(self, request):
         data = AskInput(data=request.data)
         data.is_valid(raise_exception=True)
-        return Response(web_chat(**data.validated_data, client=Client.of_request(request)))
+        left = getattr(request._request, "client_left", None)  # set by ragsite.asgi when the client disconnects
+        return Response(web_chat(**data.validated_data, client=Client.of_request(request),
+                                 client_left=left.is_set if left is not None else lambda: False))
 
 
 class FeedbackInput(serializers.Serializer):

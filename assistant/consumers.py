@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 import threading
 import weakref
@@ -50,6 +51,10 @@ def _drain_on_shutdown() -> None:
     reactor.addSystemEventTrigger("before", "shutdown", drain)
 
 
+def _refuse_constant(name: str):
+    raise ValueError(f"{name} is not JSON")  # NaN and Infinity: Python's json reads them, DRF's parser does not
+
+
 class ChatConsumer(AsyncJsonWebsocketConsumer):
     """One socket per page; one answer at a time. Closing the socket stops the model's stream."""
 
@@ -89,6 +94,21 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         except ServiceError as exc:
             await self.send_json(error_frame(exc))
             await self.close(code=LIMIT_CLOSE_CODE)
+
+    async def receive(self, text_data=None, bytes_data=None, **kwargs):
+        """Decode a text frame as JSON; anything else (not JSON, NaN, a binary frame, nesting deeper than the stack)
+        is an `invalid_request` frame and the socket stays open, as over HTTP (channels' own decoder raises, which
+        closes the socket with 1011)."""
+        try:
+            if text_data is None:
+                raise ValueError("a binary frame")
+            content = json.loads(text_data, parse_constant=_refuse_constant)
+        except (ValueError, RecursionError):
+            await self.send_json({"type": "error", "code": "invalid_request",
+                                  "message": "The message is not a JSON object.",
+                                  "fields": {"non_field_errors": ["Send one JSON object per text frame."]}})
+            return
+        await self.receive_json(content, **kwargs)
 
     async def receive_json(self, content, **kwargs):
         data = AskInput(data=content if isinstance(content, dict) else {})

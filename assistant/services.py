@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import time
+from collections.abc import Callable
 from dataclasses import replace
 
 from django.conf import settings
@@ -12,7 +14,7 @@ from django.utils import timezone
 
 from assistant.models import Feedback, TokenPool
 from rag.errors import ServiceError
-from rag.limits import Client, countable, rate_limit, socket_closed, socket_open, token_share_reserve
+from rag.limits import Client, countable, rate_limit, rate_limited, socket_closed, socket_open, token_share_reserve
 from rag.models import Channel, RequestRecord
 from rag.services.questions import (
     AnswerOutcome,
@@ -95,17 +97,32 @@ def _request(*, question, kb, top_k=None, exclude=(), client: Client | None = No
 def web_search(*, question, kb: str | None = None, top_k: int | None = None, exclude=(),
                client: Client | None = None) -> dict:
     """Search the docs for the web page or /api/search (within `client`'s rate limit when given)."""
-    if client is not None:
-        rate_limit("search", client)
-    outcome = question_search(_request(question=question, kb=kb, top_k=top_k, exclude=exclude))
+    with _limited("search", client):  # a reply of `index_building` gives the count back
+        outcome = question_search(_request(question=question, kb=kb, top_k=top_k, exclude=exclude))
     return {"request_id": outcome.request_id, **search_as_dict(outcome, top_k=top_k)}
 
 
-def web_chat(*, question, kb: str | None = None, exclude=(), client: Client | None = None) -> dict:
-    """Answer a question for /api/chat: `{answer, citations, confidence, degraded, mode, request_id, usage, …}`."""
-    if client is not None:
-        rate_limit("chat", client)
-    return chat_as_dict(_answer(_request(question=question, kb=kb, exclude=exclude, client=client)))
+ANSWER_DEADLINE = ServiceError("answer_deadline", "The answer took too long and was stopped.", status=504)
+
+
+def web_chat(*, question, kb: str | None = None, exclude=(), client: Client | None = None,
+             client_left: Callable[[], bool] = lambda: False) -> dict:
+    """Answer a question for /api/chat: `{answer, citations, confidence, degraded, mode, request_id, usage, …}`.
+
+    The answer has RAG_CHAT_DEADLINE_SECONDS in all. It is read from the model's stream, so that when the deadline
+    passes or `client_left()` turns true the model is hung up on at its next token (recorded as cancelled) instead
+    of writing on for nobody; past the deadline the reply is 504 `answer_deadline`."""
+    ends_at = time.monotonic() + settings.RAG_CHAT_DEADLINE_SECONDS
+
+    def cancelled() -> bool:
+        return client_left() or time.monotonic() >= ends_at
+
+    with _limited("chat", client):
+        for event in _answer(_request(question=question, kb=kb, exclude=exclude, client=client), stream=True,
+                             cancelled=cancelled):
+            if isinstance(event, FinalEvent):
+                return chat_as_dict(event.outcome)
+    raise ANSWER_DEADLINE  # the answer stopped unfinished: past its deadline, or its client left
 
 
 def web_chat_stream(*, question, kb: str | None = None, exclude=(), client: Client | None = None,
@@ -113,22 +130,32 @@ def web_chat_stream(*, question, kb: str | None = None, exclude=(), client: Clie
     """Yield the chat page's events as dicts: plan, retrieval, token…, final (the /api/chat object), error.
     With a `client`, the question counts against its WebSocket message limit first."""
     try:
-        if client is not None:
-            rate_limit("ws_message", client)
-        for event in _answer(_request(question=question, kb=kb, exclude=exclude, client=client), stream=True,
-                             cancelled=cancelled):
-            if isinstance(event, RetrievalEvent):
-                search = event.search
-                yield {"type": "plan", "request_id": search.request_id, "kb": search.kb, "version": search.version,
-                       "plan": search.result.plan.as_dict()}
-                yield {"type": "retrieval", "request_id": search.request_id,
-                       "results": search_as_dict(search, top_k=None)["results"]}
-            elif isinstance(event, TokenEvent):
-                yield {"type": "token", "text": event.text}
-            elif isinstance(event, FinalEvent):
-                yield {"type": "final", **chat_as_dict(event.outcome)}
+        with _limited("ws_message", client):
+            yield from _chat_frames(_answer(_request(question=question, kb=kb, exclude=exclude, client=client),
+                                            stream=True, cancelled=cancelled))
     except ServiceError as exc:
         yield error_frame(exc)
+
+
+def _chat_frames(events):
+    """The chat page's frames of the question service's answer events."""
+    for event in events:
+        if isinstance(event, RetrievalEvent):
+            search = event.search
+            yield {"type": "plan", "request_id": search.request_id, "kb": search.kb, "version": search.version,
+                   "plan": search.result.plan.as_dict()}
+            yield {"type": "retrieval", "request_id": search.request_id,
+                   "results": search_as_dict(search, top_k=None)["results"]}
+        elif isinstance(event, TokenEvent):
+            yield {"type": "token", "text": event.text}
+        elif isinstance(event, FinalEvent):
+            yield {"type": "final", **chat_as_dict(event.outcome)}
+
+
+def _limited(scope: str, client: Client | None):
+    """Count the block against `client`'s limit in `scope` (none without a client); a reply that is not the
+    client's doing (503 `index_building`) gives the count back (rag.limits.rate_limited)."""
+    return rate_limited(scope, client) if client is not None else contextlib.nullcontext()
 
 
 LIMITS_UNAVAILABLE = "limits_unavailable"

@@ -5,6 +5,8 @@ import os
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ragsite.settings")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
+import asyncio  # noqa: E402
+import threading  # noqa: E402
 from concurrent.futures import ThreadPoolExecutor  # noqa: E402
 
 from channels.db import database_sync_to_async  # noqa: E402
@@ -32,8 +34,15 @@ class OneHopASGIHandler(ASGIHandler):
         super().load_middleware(is_async=False)
 
     async def get_response_async(self, request):
-        return await database_sync_to_async(self.get_response, thread_sensitive=False, executor=self.executor)(
-            request)
+        # Django cancels this when the client disconnects, but the view's thread runs on: `request.client_left`
+        # tells a long view (/api/chat waiting on the model) to stop work nobody will read.
+        request.client_left = threading.Event()
+        try:
+            return await database_sync_to_async(self.get_response, thread_sensitive=False, executor=self.executor)(
+                request)
+        except asyncio.CancelledError:
+            request.client_left.set()
+            raise
 
 
 def get_asgi_application() -> OneHopASGIHandler:

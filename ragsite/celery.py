@@ -8,6 +8,11 @@ from celery import Celery
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ragsite.settings")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
+# Seconds Redis waits for a delivered task's acknowledgement before handing it to another worker (kombu's
+# default is one hour). Tasks are acknowledged late, so this must exceed the longest task limit (an index
+# build's 3 h, rag.tasks.BUILD_TIME_LIMIT; a test holds it), or a build still running is started a second time.
+VISIBILITY_TIMEOUT = 4 * 3600
+
 app = Celery("ragsite")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 
@@ -32,4 +37,5 @@ def _embedded_broker() -> None:
 
 
 _embedded_broker()
+app.conf.broker_transport_options = {**app.conf.broker_transport_options, "visibility_timeout": VISIBILITY_TIMEOUT}
 app.autodiscover_tasks()

@@ -15,6 +15,7 @@
   const csrf = document.querySelector("input[name=csrfmiddlewaretoken]").value;
   const DEFAULT_RETRY_SECONDS = 5;  // the question service's Retry-After while a first index is built
   let socket = null;
+  let pending = null;  // the question the socket is answering ({socket, payload, turn}) until its final or error frame
   let current = null;
   let turnCount = 0;
   let retryTimer = null;
@@ -88,10 +89,23 @@
       if (typeof WebSocket !== "function") { reject(new Error("no WebSocket")); return; }
       const scheme = location.protocol === "https:" ? "wss://" : "ws://";
       const opening = new WebSocket(scheme + location.host + "/ws/chat");
-      opening.onmessage = function (message) { handle(JSON.parse(message.data)); };
+      opening.onmessage = function (message) {
+        const event = JSON.parse(message.data);
+        if (pending && pending.socket === opening && (event.type === "final" || event.type === "error")) pending = null;
+        handle(event);
+      };
       opening.onopen = function () { socket = opening; resolve(); };
       opening.onerror = function () { reject(new Error("the socket did not open")); };
-      opening.onclose = function () { if (socket === opening) socket = null; };
+      // A socket that closes before its answer's final or error frame (the server stopped, or could not reach
+      // its channel layer and closed with 1011) leaves the question unanswered: ask it over HTTP instead.
+      opening.onclose = function () {
+        if (socket === opening) socket = null;
+        if (pending && pending.socket === opening) {
+          const unanswered = pending;
+          pending = null;
+          askOverHttp(unanswered.payload, unanswered.turn);
+        }
+      };
     });
   }
 
@@ -109,10 +123,11 @@
     if (!socket || socket.readyState !== WebSocket.OPEN) {
       try { await connect(); } catch (error) { askOverHttp(payload, current); return; }
     }
+    pending = { socket: socket, payload: payload, turn: current };
     socket.send(JSON.stringify(payload));
   }
 
-  // The non-streaming form of the same question, for networks where the socket cannot open.
+  // The non-streaming form of the same question, for networks where the socket cannot open or closes early.
   async function askOverHttp(payload, turn) {
     let response;
     try {
