@@ -20,7 +20,7 @@ from django.http import HttpRequest
 from django.utils import timezone
 
 from rag.capacity import capacity_limiter
-from rag.engine.types import Usage
+from rag.services.questions import Usage  # the engine's type, as the question service hands it over
 from rag.limits import Client, TokenShare, rate_limit, token_share_reserve
 
 KEY_TOOL = "cgrag"  # the key's usage rows of this face
