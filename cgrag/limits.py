@@ -52,7 +52,7 @@ class Spender:
             return
         self.estimate = settings.RAG_CGRAG_TOKEN_ESTIMATE
         self.share = token_share_reserve(self.client, self.estimate, pool_limit=settings.RAG_CGRAG_TOKEN_POOL,
-                                         day=timezone.localdate())
+                                         day=timezone.localdate(), pool="cgrag")
 
     def settle(self, usage: Usage | None, *, answered: bool) -> None:
         """The request is over: keep what the model reported, the estimate when a model that answered reported

@@ -331,12 +331,15 @@ class TokenShare:
                 count(key, timeout, delta)
 
 
-def token_share_reserve(client: Client, tokens: int, *, pool_limit: int, day: datetime.date) -> TokenShare:
-    """Reserve `tokens` of `client`'s share (RAG_WEB_LIMITS' TOKEN_SHARE of `pool_limit`) of the pool of local
-    `day`, or raise 429 `client_token_share_exhausted` with Retry-After to local midnight; 503
-    `limits_unavailable` when the share cannot be counted."""
+def token_share_reserve(client: Client, tokens: int, *, pool_limit: int, day: datetime.date,
+                        pool: str = "web") -> TokenShare:
+    """Reserve `tokens` of `client`'s share (RAG_WEB_LIMITS' TOKEN_SHARE of `pool_limit`) of the pool named `pool`
+    ("web", "cgrag": each pool's shares are counted apart) of local `day`, or raise 429
+    `client_token_share_exhausted` with Retry-After to local midnight; 503 `limits_unavailable` when the share
+    cannot be counted."""
     share = int(pool_limit * settings.RAG_WEB_LIMITS["TOKEN_SHARE"])
-    keys = [f"limits:tokens:{day.isoformat()}:{key}" for key in client.keys()]
+    prefix = "limits:tokens" if pool == "web" else f"limits:tokens:{pool}"  # the web's keys as they always were
+    keys = [f"{prefix}:{day.isoformat()}:{key}" for key in client.keys()]
     timeout = seconds_to_local_midnight() + 3600
     counts = [count(key, timeout, tokens) for key in keys]
     reservation = TokenShare(keys, tokens)

@@ -180,3 +180,20 @@ def test_on_redis_a_burst_across_a_minute_s_end_is_not_twice_the_limit(redis_cac
         limits.rate_limit("search", CLIENT)
 
     assert int(refused.value.headers["Retry-After"]) == 58
+
+
+def test_each_token_pool_counts_its_own_shares(settings):
+    """A client's web answers and its CG_RAG calls draw on two pools: spending one share leaves the other whole."""
+    import datetime
+
+    from rag.errors import ServiceError
+    from rag.limits import Client, reset, token_share_reserve
+
+    reset()
+    settings.RAG_WEB_LIMITS = {**settings.RAG_WEB_LIMITS, "TOKEN_SHARE": 0.5}
+    client, day = Client("198.51.100.77"), datetime.date(2026, 1, 2)
+    token_share_reserve(client, 100, pool_limit=200, day=day, pool="web")  # the web share is spent
+    with pytest.raises(ServiceError):
+        token_share_reserve(client, 1, pool_limit=200, day=day, pool="web")
+
+    token_share_reserve(client, 100, pool_limit=200, day=day, pool="cgrag")  # the CG_RAG share is whole
