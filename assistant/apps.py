@@ -6,6 +6,6 @@ class AssistantConfig(AppConfig):
     name = 'assistant'
 
     def ready(self):
-        from assistant import checks, logs  # noqa: F401 - checks registers the deploy checks
+        from assistant import logs
 
         logs.install()

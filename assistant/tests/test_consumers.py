@@ -128,3 +128,22 @@ async def test_closing_the_socket_mid_answer_stops_the_model_stream(kb, settings
     assert len(llm_server.sent) < 20, "the model kept streaming after the reader left"
     record = await sync_to_async(RequestRecord.objects.get)()
     assert record.error_code == "cancelled"
+
+
+@pytest.mark.parametrize("frame", [{"text_data": m} for m in (
+    "not json", "{'question': 'hi'}", "  ", "[1, 2", "NaN",
+    "\ud800".encode("utf-8", "surrogatepass").decode("utf-8", "replace"))] + [{"bytes_data": b"\xff\xfe"}])
+async def test_a_message_that_is_not_a_json_object_gets_an_invalid_request_frame_and_the_socket_stays_open(kb, frame):
+    communicator = WebsocketCommunicator(ChatConsumer.as_asgi(), "/ws/chat")
+    await communicator.connect()
+
+    await communicator.send_to(**frame)
+    error = await communicator.receive_json_from(timeout=10)
+    await communicator.send_json_to({"question": "Fog 的 near", "kb": "sdk"})
+    events = []
+    while not events or events[-1]["type"] not in ("final", "error"):
+        events.append(await communicator.receive_json_from(timeout=30))
+    await communicator.disconnect()
+
+    assert (error["type"], error["code"]) == ("error", "invalid_request")
+    assert events[-1]["type"] == "final"

@@ -45,3 +45,14 @@ def engine_settings(settings):
 
     yield change
     reset_engine()
+
+
+@pytest.fixture
+def one_answer_thread(settings):
+    """One answer thread in this process (rag.streams), for the tests of streams that wait for it."""
+    from rag.streams import answer_streams, reset_answer_streams
+
+    settings.RAG_ANSWER_STREAMS = {"THREADS": 1, "DEADLINE": 60.0}
+    reset_answer_streams()
+    yield answer_streams()
+    reset_answer_streams()

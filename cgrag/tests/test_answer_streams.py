@@ -7,17 +7,8 @@ import json
 
 import pytest
 
-from rag.streams import answer_streams, reset_answer_streams
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def one_answer_thread(settings):
-    settings.RAG_ANSWER_STREAMS = {"THREADS": 1, "DEADLINE": 60.0}
-    reset_answer_streams()
-    yield answer_streams()
-    reset_answer_streams()
 
 
 def test_a_stream_beyond_the_answer_threads_is_not_refused_before_its_headers(client, sdk_kb, one_answer_thread,

@@ -8,19 +8,10 @@ import json
 
 import pytest
 
-from rag.streams import answer_streams, reset_answer_streams
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 QUESTION = "PerspectiveCamera 的 fov 默认值是多少？"
-
-
-@pytest.fixture
-def one_answer_thread(settings):
-    settings.RAG_ANSWER_STREAMS = {"THREADS": 1, "DEADLINE": 60.0}
-    reset_answer_streams()
-    yield answer_streams()
-    reset_answer_streams()
 
 
 def frames(response) -> list[tuple[str, dict]]:
