@@ -55,12 +55,36 @@ def _layout(text: str) -> tuple[list[int], set[int], list[tuple[int, int]]]:
     return starts, outside, spans
 
 
+# Where a long line may be cut, best first: after a sentence's end, at a space, after a Chinese clause, between
+# Chinese characters.
+SENTENCE_END_RE = re.compile(r"[.!?;:](?=\s)\s*|[。！？；：]\s*")
+SPACE_RE = re.compile(r"\s+")
+CLAUSE_RE = re.compile(r"[，、]")
+CJK_RE = re.compile(r"[\u3000-\u303f\u3400-\u9fff\uff00-\uffef]")
+
+
+def soft_cut(text: str, low: int, high: int) -> int | None:
+    """The last place in (low, high] where a line longer than the window may be cut: just after a sentence's
+    end, else just after a space or a Chinese comma, else beside a Chinese character; None when the stretch is
+    one word."""
+    window = text[low:high]
+    for pattern in (SENTENCE_END_RE, SPACE_RE, CLAUSE_RE):
+        ends = [m.end() for m in pattern.finditer(window) if m.end() > 0]
+        if ends:
+            return low + ends[-1]
+    for position in range(high, low, -1):
+        if CJK_RE.match(text[position - 1]) or (position < len(text) and CJK_RE.match(text[position])):
+            return position
+    return None
+
+
 def split_text(text: str, *, max_chars: int = 800, overlap: int = 200) -> list[str]:
     """Split text into pieces of at most max_chars, neighbours sharing about `overlap` characters.
 
     Cuts fall on line starts, outside fenced code wherever such a cut exists in the window; a line
-    longer than the window is cut hard. A piece cut inside code gets its fence reopened or closed, and
-    the window leaves room for that. 800/200 are the spec's numbers (seed 001).
+    longer than the window is cut after a sentence, else at a space, else beside a Chinese character
+    (`soft_cut`), and only a single word longer than the window is cut inside. A piece cut inside code gets
+    its fence reopened or closed, and the window leaves room for that. 800/200 are the spec's numbers (seed 001).
     """
     if len(text) <= max_chars:
         return [text]
@@ -91,7 +115,7 @@ def split_text(text: str, *, max_chars: int = 800, overlap: int = 200) -> list[s
         end = last(outside_cuts, floor, limit)
         if end is None:
             inner = last(cuts, floor, min(limit, limit - fence))
-            end = inner if inner is not None else limit - fence
+            end = inner if inner is not None else (soft_cut(text, floor, limit - fence) or limit - fence)
         pieces.append(_balanced(text[start:end], opens_in_code=opens, closes_in_code=in_code(end)))
         target = end - overlap
         back = last(cuts, start, target)
@@ -101,7 +125,7 @@ def split_text(text: str, *, max_chars: int = 800, overlap: int = 200) -> list[s
         elif back is not None:
             start = back
         else:
-            start = max(target, start + 1)
+            start = max(soft_cut(text, start, target) or target, start + 1)
     return [p.strip("\n") for p in pieces if p.strip()]
 
 

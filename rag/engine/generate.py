@@ -8,12 +8,12 @@ either are checked against this request's evidence before the answer leaves the 
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field, replace
 from typing import Iterator, Protocol
 
 from .breaker import CircuitBreaker
+from .compose import Composer, read_section, sentence_scores, split_sentences  # noqa: F401 - re-exported
 from .llm import ChatClient, GenerationError
 from .types import Answer, Citation, Hit, Plan, Token, Usage
 
@@ -190,6 +190,15 @@ def confidence_level(signals: EvidenceSignals) -> str:
     return "medium" if signals.coverage >= COVERAGE_MEDIUM else "low"
 
 
+def covers(signals: EvidenceSignals) -> bool:
+    """Whether the evidence answers the question at all: the question names a class or member of the
+    documentation, or the first hit holds at least `COVERAGE_MEDIUM` of its words. When it does not, the
+    extractive answer says the documentation does not cover the question (rag.engine.compose)."""
+    if signals.hits == 0:
+        return False
+    return signals.named or signals.members_asked or signals.coverage >= COVERAGE_MEDIUM
+
+
 def evidence_confidence(plan: Plan, hits: list[Hit]) -> str:
     """How likely the evidence answers the question: "high" (right at least 9 times in 10 on the golden
     sets), "medium", "low" (mostly wrong) or "none" (no evidence)."""
@@ -211,131 +220,12 @@ def finish(answer_text: str, hits: list[Hit], confidence: str, **fields) -> Answ
 # -- generators ----------------------------------------------------------------------------------------
 
 
-def split_sentences(text: str) -> list[str]:
-    """Split prose into sentences: after 。！？； and after . ! ? followed by a space or the end, but never inside
-    parentheses or `code`, so "Default: `./data` (relative; created if missing)." stays one sentence."""
-    sentences, current, depth, in_code = [], [], 0, False
-    for position, char in enumerate(text):
-        current.append(char)
-        if char == "`":
-            in_code = not in_code
-        elif in_code:
-            continue
-        elif char in "(（":
-            depth += 1
-        elif char in ")）":
-            depth = max(0, depth - 1)
-        elif depth == 0 and (char in "。！？；" or (char in ".!?" and text[position + 1: position + 2] in (" ", "\n", ""))):
-            sentences.append("".join(current).strip())
-            current = []
-    sentences.append("".join(current).strip())
-    return [s for s in sentences if s]
-
-
-@dataclass(frozen=True, slots=True)
-class Section:
-    """A chunk read for quoting: its signature (the `###` heading), its sentences and its first code example."""
-
-    signature: str
-    sentences: tuple[str, ...]
-    code: tuple[str, ...]
-
-
-def read_section(chunk) -> Section:
-    """Split a chunk into its heading, its prose sentences (list items and table rows count as one each) and
-    its first fenced code block."""
-    signature, prose, code, in_code, done = "", [], [], False, False
-    paragraph: list[str] = []
-
-    def flush() -> None:
-        if paragraph:
-            prose.extend(split_sentences(" ".join(paragraph)))
-            paragraph.clear()
-
-    for line in chunk.text.splitlines():
-        stripped = line.strip()
-        if stripped.startswith(("```", "~~~")):
-            flush()
-            in_code = not in_code
-            if not done:
-                code.append(line)
-                done = not in_code
-            continue
-        if in_code:
-            if not done:
-                code.append(line)
-            continue
-        if stripped.startswith("#"):
-            flush()
-            if not signature:
-                signature = stripped.lstrip("#").strip()
-        elif not stripped or stripped.startswith(">"):
-            flush()
-        elif stripped.startswith(("- ", "* ", "|")) or re.match(r"\d+\. ", stripped):
-            flush()
-            if not set(stripped) <= set("|-: "):
-                prose.append(stripped)
-        else:
-            paragraph.append(stripped)
-    flush()
-    if code and not code[-1].lstrip().startswith(("```", "~~~")):
-        code.append(code[0].strip()[:3])
-    return Section(signature=signature, sentences=tuple(prose), code=tuple(code))
-
-
-def sentence_scores(question_tokens: list[str], sentences: list[list[str]], *, k1: float = 1.2,
-                    b: float = 0.75) -> list[float]:
-    """Score each tokenized sentence against the question with Okapi BM25 (Robertson and Zaragoza, 2009),
-    the sentences themselves being the collection; k1 and b are the usual defaults."""
-    if not sentences:
-        return []
-    n = len(sentences)
-    average = sum(len(s) for s in sentences) / n or 1.0
-    frequency: dict[str, int] = {}
-    for tokens in sentences:
-        for token in set(tokens):
-            frequency[token] = frequency.get(token, 0) + 1
-    terms = set(question_tokens)
-    scores = []
-    for tokens in sentences:
-        score = 0.0
-        for term in terms:
-            tf = tokens.count(term)
-            if tf:
-                idf = math.log(1 + (n - frequency[term] + 0.5) / (frequency[term] + 0.5))
-                score += idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * len(tokens) / average))
-        scores.append(score)
-    return scores
-
-
-def joined(sentences: list[str]) -> str:
-    """Join sentences with a space, or with nothing after Chinese punctuation."""
-    text = ""
-    for sentence in sentences:
-        text += sentence if not text or text[-1] in "。！？；：" else " " + sentence
-    return text
-
-
-def member_label(chunk) -> str:
-    member = chunk.member if chunk.member and chunk.member != chunk.class_name else ""
-    return f"{chunk.class_name}.{member}" if member else (chunk.class_name or chunk.title)
-
-
 @dataclass
 class ExtractiveGenerator:
-    """Answer from the evidence alone: the sentences of the best section that answer the question, after its
-    signature, then one cited quote from each of the next sections.
+    """Answer from the evidence alone (rag.engine.compose): the sections that answer what the question asks,
+    or, when the evidence does not cover it, a plain refusal naming the nearest pages as related."""
 
-    The best section is the first hit, or the first section of a member the question names. Its sentences
-    are ranked by BM25 against the question's words and identifiers (rag.engine.text.tokenize, stemmed),
-    and the best `max_sentences` are kept in the page's order; a section whose heading names the planned
-    member, or that has nothing in common with the question, leads with its first sentence.
-    """
-
-    max_sentences: int = 2
-    max_quotes: int = 2  # supporting quotes after the lead, one sentence each
-    max_code_lines: int = 16  # a longer first code example is left to the cited section
-    whole_chars: int = 280  # a callable's section this short is quoted whole, as a list (its parameters)
+    composer: Composer = field(default_factory=Composer)
     uses_model: bool = field(default=False, init=False)
 
     def stream(self, question: str, plan: Plan, hits: list[Hit]) -> Iterator[Token | Answer]:
@@ -344,83 +234,12 @@ class ExtractiveGenerator:
         yield answer
 
     def run(self, question: str, plan: Plan, hits: list[Hit], *, note: str = "") -> Answer:
-        parts = [n for n in (note, inheritance_note(plan)) if n]
-        cited: list[int] = []
-        if hits:
-            lead = self.lead_position(question, plan, hits)
-            parts.append(self.lead_block(question, hits[lead], lead + 1))
-            cited.append(lead)
-            quotes = []
-            for position in range(len(hits)):
-                quote = self.quote(question, hits[position], position + 1) if position != lead else ""
-                if quote and len(quotes) < self.max_quotes:
-                    quotes.append(quote)
-                    cited.append(position)
-            if quotes:
-                parts.append("\n".join(quotes))
-        # The citations are the sections quoted, by their evidence numbers; a bracketed number inside a
-        # quote (`array[0]`) is documentation text, not a citation to check.
-        citations = tuple(Citation(i + 1, hits[i].chunk.chunk_id, hits[i].chunk.source, hits[i].chunk.heading_path,
-                                   hits[i].chunk.anchor)
-                          for i in sorted(cited))
-        return Answer(text="\n\n".join(parts).strip(), citations=citations,
-                      confidence=evidence_confidence(plan, hits), mode="extractive")
-
-    @staticmethod
-    def lead_position(question: str, plan: Plan, hits: list[Hit]) -> int:
-        """The hit to lead with: within the cited window, the first section of a named member (of a named
-        class when one is named), else the first whose member the question writes as a word, else the first."""
-        classes = set(plan.classes)
-        window = hits[:CONFIDENCE_WINDOW]
-        for position, hit in enumerate(window):
-            if hit.chunk.member in plan.members and (not classes or hit.chunk.class_name in classes):
-                return position
-        written = set(re.findall(r"[A-Za-z_$][A-Za-z0-9_$]*", question))
-        for position, hit in enumerate(window):
-            if hit.chunk.member and hit.chunk.member in written and hit.chunk.member != hit.chunk.class_name:
-                return position
-        return 0
-
-    def chosen_sentences(self, question: str, section: Section, limit: int) -> tuple[list[str], bool]:
-        """The `limit` sentences sharing most with the question, in the section's order, and whether any
-        shares a word at all (if none does, the first sentence)."""
-        from .text import tokenize
-
-        if not section.sentences:
-            return [], False
-        tokens = tokenize(question, stem=True)
-        scores = sentence_scores(tokens, [tokenize(s, stem=True) for s in section.sentences])
-        ranked = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
-        chosen = [i for i in ranked[:limit] if scores[i] > 0]
-        return [section.sentences[i] for i in sorted(chosen or [0])], bool(chosen)
-
-    def lead_block(self, question: str, hit: Hit, number: int) -> str:
-        section = read_section(hit.chunk)
-        heading = f"**{member_label(hit.chunk)}**"
-        if section.signature and section.signature.lstrip(".") not in (hit.chunk.member, member_label(hit.chunk)):
-            heading += f" — `{section.signature}`" if hit.chunk.member else f" — {section.signature}"
-        block = f"{heading} [{number}]"
-        callable_ = "(" in section.signature  # a constructor or method: its sentences describe the parameters
-        if callable_ and 2 < len(section.sentences) and sum(len(s) for s in section.sentences) <= self.whole_chars:
-            block += "\n\n" + "\n".join(f"- {s}" for s in section.sentences) + f" [{number}]"
-        else:
-            sentences, _ = self.chosen_sentences(question, section, self.max_sentences)
-            if sentences:
-                block += "\n\n" + joined(sentences) + f" [{number}]"
-        if 2 < len(section.code) <= self.max_code_lines:
-            block += "\n\n" + "\n".join(section.code)
-        return block
-
-    def quote(self, question: str, hit: Hit, number: int) -> str:
-        section = read_section(hit.chunk)
-        sentences, related = self.chosen_sentences(question, section, 1)
-        if not related:
-            return ""  # a quote sharing no word with the question supports nothing
-        text = sentences[0]
-        where = member_label(hit.chunk)
-        if section.signature and hit.chunk.member and section.signature.lstrip(".") != hit.chunk.member:
-            where = f"{where} (`{section.signature}`)"
-        return f"> {where}: {text} [{number}]"
+        prefix = tuple(n for n in (note, inheritance_note(plan)) if n)
+        if not hits:
+            return Answer(text="\n\n".join(prefix), citations=(), confidence="none", mode="extractive")
+        signals = evidence_signals(plan, hits)
+        return self.composer.run(question, plan, hits, prefix=prefix, covered=covers(signals),
+                                 confidence=confidence_level(signals))
 
 
 @dataclass

@@ -21,6 +21,24 @@ from .types import Plan
 CONSTRUCTOR_RE = re.compile(r"构造|创建|新建|实例化|\bnew\b|constructor|instantiat|\bcreat", re.IGNORECASE)
 TOKEN_RE = re.compile(r"\.?[A-Za-z_$][A-Za-z0-9_$]*(?:\.[A-Za-z_$][A-Za-z0-9_$]*)*(?:\s*\(\s*\))?")
 WORD_RE = re.compile(r"[A-Za-z0-9_$]+")
+# Where a pasted error or traceback starts: an exception's name and its colon (`TypeError:`,
+# `django.db.utils.OperationalError:`, `Uncaught TypeError:`), Python's traceback header and frames, a JavaScript stack frame. From
+# there to the end of its line the names are the error's, not the question's.
+ERROR_RE = re.compile(r"(?:Uncaught\s+(?:\(in promise\)\s*)?)?(?:[A-Za-z_$][\w$]*\.)*[A-Z][\w$]*(?:Error|Exception|Warning|Failure)\s*[:：]"
+                      r"|Traceback \(most recent call last\)|^\s*File \"[^\"]*\", line \d+|^\s*at\s+[\w$.<>]+\s*\(",
+                      re.MULTILINE)
+
+
+def pasted_error_names(question: str) -> frozenset[str]:
+    """The identifiers inside the error lines a question pastes: an unknown class-like name among them is
+    part of the error (its type, a table, a module), not an API the question asks about."""
+    names = set()
+    for match in ERROR_RE.finditer(question):
+        end = question.find("\n", match.start())
+        names.update(re.findall(r"[A-Za-z_$][\w$]*", question[match.start(): end if end >= 0 else len(question)]))
+    return frozenset(names)
+
+
 # At most this many words besides stopwords make an English question terse, typed like a search-box query
 # ("reindex", "What does reindex print?", "fog near far"): its words are names rather than prose.
 TERSE_WORDS = 3
@@ -92,6 +110,7 @@ class Planner:
             "(?<![a-z0-9])(" + "|".join(re.escape(p) for p in ordered) + ")(?![a-z0-9])") if ordered else None
 
     def run(self, question: str) -> Plan:
+        pasted = pasted_error_names(question)
         question = " ".join(question.split())
         if is_smalltalk(question):
             return Plan(question=question, corrected_question=question, kind="chitchat",
@@ -157,9 +176,10 @@ class Planner:
             elif corrected:
                 add(members, corrected)
                 corrections.append((token, corrected))
-            elif looks_like_api(token, in_chinese=is_chinese) and token[0].isupper():
+            elif looks_like_api(token, in_chinese=is_chinese) and token[0].isupper() and token not in pasted:
                 # Only a class-like name (`ArcRotateCamera`) can be an API the docs lack; a lowercase
-                # identifier in pasted code (`myText`, `gltfLoader`) is a variable, never an unknown class.
+                # identifier in pasted code (`myText`, `gltfLoader`) is a variable, never an unknown class, and
+                # a name in a pasted error line (`OperationalError:`) belongs to the error.
                 unknown.append(token)
 
         if CONSTRUCTOR_RE.search(question):

@@ -401,3 +401,20 @@ def test_content_hash_is_stable_and_follows_the_raw_file(corpus_copy):
     assert first == again
     assert first["html/Light.html"] == sha1((corpus_copy / "html" / "Light.html").read_text(encoding="utf-8"))
     assert {p for p in first if first[p] != changed[p]} == {"Fog.md"}
+
+
+@pytest.mark.parametrize("text", [
+    " ".join(f"word{n} retrieval application" for n in range(200)),  # one long English line, no full stops
+    "The gap between two cells, in pixels. " * 60,  # one long line of sentences
+    "这是一段很长的中文说明，没有换行也没有空格" * 80,  # Chinese, clauses only
+])
+def test_a_line_longer_than_a_piece_is_cut_between_words_never_inside_one(text):
+    pieces = split_text(text)
+
+    assert len(pieces) > 1 and max(len(p) for p in pieces) <= 800
+    words = set(re.findall(r"[A-Za-z0-9]+", text))
+    assert all(set(re.findall(r"[A-Za-z0-9]+", p)) <= words for p in pieces)  # no piece starts or ends mid-word
+    if "." in text:
+        assert all(p.rstrip().endswith(".") for p in pieces[:-1])  # cut after a sentence
+    if "，" in text:
+        assert all(p.endswith("，") for p in pieces[:-1])  # cut after a clause

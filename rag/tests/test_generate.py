@@ -309,8 +309,10 @@ def test_the_planned_member_leads_with_its_signature_even_when_retrieved_second(
 
     answer = ExtractiveGenerator().run(plan.corrected_question, plan, hits)
 
-    assert answer.text.startswith("**PerspectiveCamera.far** — `.far : Float` [2]\n\n摄像机的远端面，默认值是**2000**。")
-    assert "> PerspectiveCamera.near (`.near : Float`): 近端面，默认值是 0.1。 [1]" in answer.text
+    # Numbered in the order the answer cites them: the second piece of evidence, cited first, is [1].
+    assert answer.text.startswith("**PerspectiveCamera.far** — `.far : Float` [1]\n\n摄像机的远端面，默认值是**2000**。")
+    assert "> PerspectiveCamera.near (`.near : Float`): 近端面，默认值是 0.1。 [2]" in answer.text
+    assert [(c.number, c.chunk_id) for c in answer.citations] == [(1, hits[1].chunk.chunk_id), (2, hits[0].chunk.chunk_id)]
 
 
 def test_a_short_parameter_list_is_quoted_whole_under_the_constructor_signature():

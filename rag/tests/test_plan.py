@@ -185,6 +185,23 @@ def test_an_unknown_api_name_alone_is_out_of_catalog(planner):
     assert "ArcRotateCamera" in plan.reason
 
 
+@pytest.mark.parametrize("question", [
+    "django.db.utils.OperationalError: no such table: rag_knowledgebase",
+    "Traceback (most recent call last):\n  File \"app.py\", line 3, in <module>\nKeyError: 'SceneGraphNode'\nwhat now?",
+    "我这样写报错了 Uncaught TypeError: WidgetFactory is not a constructor\n    at init (main.js:12:5)",
+])
+def test_a_class_like_name_in_a_pasted_error_is_the_errors_not_an_unknown_api(planner, question):
+    plan = planner.run(question)
+
+    assert (plan.kind, plan.unknown_identifiers) == ("doc", ())
+
+
+def test_an_unknown_api_asked_about_beside_a_pasted_error_is_still_out_of_catalog(planner):
+    plan = planner.run("How do I use ArcRotateCamera? I get TypeError: x is undefined")
+
+    assert (plan.kind, plan.unknown_identifiers) == ("out_of_catalog", ("ArcRotateCamera",))
+
+
 def test_an_unknown_api_name_next_to_a_catalog_class_stays_a_doc_question(planner):
     plan = planner.run("PerspectiveCamera 和 ArcRotateCamera 有什么区别")
 

@@ -1,0 +1,427 @@
+"""The extractive answer (E7, E8): what the question asks, read from its words, answered from the structure of
+the evidence (member headings and signatures, "Default is" lines, the follow-up a page requires, parameter
+lists, code examples), with no model.
+
+`read_intent(question)` tells what kind of answer is wanted (a value, how to do something, why something
+fails, yes or no, a comparison, a list of options, a signature, an example); `Composer.run(question, plan,
+hits)` builds the answer: one block per section that answers (each member the question names, each class it
+names, else the best section), the setter rather than the getter when the question wants to change something,
+the value and follow-up sentences of each section, a short code example, then supporting quotes. When the
+evidence names nothing the question asks about and shares too few of its words, the answer says the
+documentation does not cover it and lists the nearest pages as related, citing none. Citations are numbered
+1..n in the order the answer cites them. Every rule reads the documents' own shape, in Chinese and English.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+from .types import Answer, Citation, Hit, Plan
+
+# -- what the question asks ------------------------------------------------------------------------------
+
+_I = re.IGNORECASE
+VALUE_RE = re.compile(r"默认|缺省|初始值|多少|多大|多长|多快|多高|多远|几个|几层|取值|范围|上限|下限|最大|最小|"
+                      r"\bdefaults?\b|\bhow (?:many|much|fast|big|large|long|high|far)\b|\bwhat value\b|"
+                      r"\binitial value\b|\branges?\b|\bmaximum\b|\bminimum\b|\blimits?\b", _I)
+HOWTO_RE = re.compile(r"怎么|怎样|如何|咋|要怎|用法|步骤|\bhow (?:do|can|to|should|would|does)\b|\bway to\b|"
+                      r"\bsteps?\b|\bset up\b|\busage\b", _I)
+CHANGE_RE = re.compile(r"设置|设为|设成|改成|改为|修改|改变|更改|调整|调节|开启|打开|启用|关闭|禁用|切换|"
+                       r"\bset(?:ting)?\b|\bchange\b|\bmodify\b|\badjust\b|\benable\b|\bdisable\b|\bturn (?:on|off)\b|"
+                       r"\bswitch\b|\bconfigure\b|\bincrease\b|\bdecrease\b|\braise\b|\blower\b", _I)
+READ_RE = re.compile(r"获取|得到|拿到|读取|取得|查询|\bget\b|\bread\b|\bobtain\b|\bretrieve\b|\bfind out\b", _I)
+WHY_RE = re.compile(r"为什么|为何|怎么回事|没有效果|没效果|不生效|没用|不起作用|不更新|不显示|报错|错误|异常|"
+                    r"\bwhy\b|\berror\b|\bexception\b|doesn'?t work|does not work|not working|no effect|"
+                    r"nothing happens|\bfails?\b", _I)
+WHETHER_RE = re.compile(r"能不能|能否|可不可以|是否|会不会|有没有|吗\s*[？?]|吗\s*$|"
+                        r"^\s*(?:can|could|does|do|is|are|will|should|may)\b", _I)
+COMPARE_RE = re.compile(r"区别|差别|不同|对比|比较|关系|\bvs\.?(?=\s)|\bversus\b|\bdifferences?\b|\bcompare|"
+                        r"\brelationship\b", _I)
+OPTIONS_RE = re.compile(r"哪些|哪几|什么类型|什么值|可选|选项|\bwhich\b|\bwhat (?:kinds?|types?|options|values)\b|"
+                        r"\boptions\b|\bpossible values\b", _I)
+SIGNATURE_RE = re.compile(r"参数|签名|返回值|返回什么|\bsignatures?\b|\bparameters?\b|\barguments?\b|\breturns?\b", _I)
+CODE_RE = re.compile(r"代码|示例|例子|样例|写法|\bexamples?\b|\bsnippet\b|\bsample\b|\bcode\b", _I)
+
+
+@dataclass(frozen=True, slots=True)
+class Intent:
+    """The kinds of answer a question asks for (several at once: "what is the default, and how to change it")."""
+
+    value: bool = False  # a default, a value, a range or a count
+    howto: bool = False  # how to do something
+    change: bool = False  # to set, change or enable something: the setter, not the getter
+    read: bool = False  # to get or read something: the getter
+    why: bool = False  # why something fails, an error
+    whether: bool = False  # a yes or no: can it, does it
+    compare: bool = False
+    options: bool = False  # which values, types or options
+    signature: bool = False  # parameters, a return type
+    code: bool = False  # an example
+
+    def kinds(self) -> tuple[str, ...]:
+        return tuple(name for name in self.__slots__ if getattr(self, name))
+
+
+def read_intent(question: str) -> Intent:
+    """Read what a question asks for from its words (Chinese and English)."""
+    return Intent(value=bool(VALUE_RE.search(question)), howto=bool(HOWTO_RE.search(question)),
+                  change=bool(CHANGE_RE.search(question)), read=bool(READ_RE.search(question)),
+                  why=bool(WHY_RE.search(question)), whether=bool(WHETHER_RE.search(question)),
+                  compare=bool(COMPARE_RE.search(question)), options=bool(OPTIONS_RE.search(question)),
+                  signature=bool(SIGNATURE_RE.search(question)), code=bool(CODE_RE.search(question)))
+
+
+# -- what a section says ---------------------------------------------------------------------------------
+
+# A sentence stating a value: "Default is 50.", "默认值为 0.1。", "Defaults to `true`".
+DEFAULT_RE = re.compile(r"\bdefaults?\b|\binitial value\b|默认|缺省|初始值", _I)
+# A sentence requiring something of the reader: "you will have to call .updateProjectionMatrix",
+# "must be set to true", "需要调用 update()", "必须先……".
+FOLLOW_UP_RE = re.compile(r"\b(?:must|need to|needs to|have to|has to|required|requires)\b|"
+                          r"\bcall(?:ed|ing)?\b[^.。]*\(|\bcall(?:ed|ing)?\s+`?\.?[A-Za-z_$][\w$]*|"
+                          r"\bset\b[^.。]*\bto (?:true|false)\b|需要|必须|须要|务必|才能|才会|调用", _I)
+# A sentence saying what is not possible or what something is limited to.
+LIMIT_RE = re.compile(r"\bnot\b|\bcannot\b|\bcan't\b|\bonly\b|\bno longer\b|\bunsupported\b|\bignored\b|"
+                      r"不能|不可|无法|不是|不会|不支持|无效|仅|只有|只能", _I)
+# A getter and its setter: getPixelRatio / setPixelRatio, isEnabled / setEnabled, a property x / setX.
+GETTER_RE = re.compile(r"^(?:get|is|has)(?=[A-Z_])")
+LIST_ITEM_RE = re.compile(r"(?:[-*] |\||\d+\. )")
+
+
+def split_sentences(text: str) -> list[str]:
+    """Split prose into sentences: after 。！？； and after . ! ? followed by a space or the end, but never inside
+    parentheses or `code`, so "Default: `./data` (relative; created if missing)." stays one sentence."""
+    sentences, current, depth, in_code = [], [], 0, False
+    for position, char in enumerate(text):
+        current.append(char)
+        if char == "`":
+            in_code = not in_code
+        elif in_code:
+            continue
+        elif char in "(（":
+            depth += 1
+        elif char in ")）":
+            depth = max(0, depth - 1)
+        elif depth == 0 and (char in "。！？；" or (char in ".!?" and text[position + 1: position + 2] in (" ", "\n", ""))):
+            sentences.append("".join(current).strip())
+            current = []
+    sentences.append("".join(current).strip())
+    return [s for s in sentences if s]
+
+
+@dataclass(frozen=True, slots=True)
+class Section:
+    """A chunk read for quoting: its signature (its heading), its sentences and its first code example."""
+
+    signature: str
+    sentences: tuple[str, ...]
+    code: tuple[str, ...]
+
+    @property
+    def callable(self) -> bool:
+        return "(" in self.signature
+
+
+def read_section(chunk) -> Section:
+    """Split a chunk into its heading, its prose sentences (list items and table rows count as one each) and
+    its first fenced code block."""
+    signature, prose, code, in_code, done = "", [], [], False, False
+    paragraph: list[str] = []
+
+    def flush() -> None:
+        if paragraph:
+            prose.extend(split_sentences(" ".join(paragraph)))
+            paragraph.clear()
+
+    for line in chunk.text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith(("```", "~~~")):
+            flush()
+            in_code = not in_code
+            if not done:
+                code.append(line)
+                done = not in_code
+            continue
+        if in_code:
+            if not done:
+                code.append(line)
+            continue
+        if stripped.startswith("#"):
+            flush()
+            if not signature:
+                signature = stripped.lstrip("#").strip()
+        elif not stripped or stripped.startswith(">"):
+            flush()
+        elif stripped.startswith(("- ", "* ", "|")) or re.match(r"\d+\. ", stripped):
+            flush()
+            if not set(stripped) <= set("|-: "):
+                prose.append(stripped)
+        else:
+            paragraph.append(stripped)
+    flush()
+    if code and not code[-1].lstrip().startswith(("```", "~~~")):
+        code.append(code[0].strip()[:3])
+    return Section(signature=signature, sentences=tuple(prose), code=tuple(code))
+
+
+def sentence_scores(question_tokens: list[str], sentences: list[list[str]], *, k1: float = 1.2,
+                    b: float = 0.75) -> list[float]:
+    """Score each tokenized sentence against the question with Okapi BM25 (Robertson and Zaragoza, 2009),
+    the sentences themselves being the collection; k1 and b are the usual defaults."""
+    if not sentences:
+        return []
+    n = len(sentences)
+    average = sum(len(s) for s in sentences) / n or 1.0
+    frequency: dict[str, int] = {}
+    for tokens in sentences:
+        for token in set(tokens):
+            frequency[token] = frequency.get(token, 0) + 1
+    terms = set(question_tokens)
+    scores = []
+    for tokens in sentences:
+        score = 0.0
+        for term in terms:
+            tf = tokens.count(term)
+            if tf:
+                idf = math.log(1 + (n - frequency[term] + 0.5) / (frequency[term] + 0.5))
+                score += idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * len(tokens) / average))
+        scores.append(score)
+    return scores
+
+
+def joined(sentences: list[str]) -> str:
+    """Join sentences with a space, or with nothing after Chinese punctuation."""
+    text = ""
+    for sentence in sentences:
+        text += sentence if not text or text[-1] in "。！？；：" else " " + sentence
+    return text
+
+
+def as_text(sentences: list[str]) -> str:
+    """Sentences as prose, and the list items or table rows among them each on a line of its own."""
+    lines: list[str] = []
+    prose: list[str] = []
+    for sentence in sentences:
+        if LIST_ITEM_RE.match(sentence):
+            if prose:
+                lines.append(joined(prose))
+                prose = []
+            lines.append(sentence)
+        else:
+            prose.append(sentence)
+    if prose:
+        lines.append(joined(prose))
+    return "\n".join(lines)
+
+
+def member_label(chunk) -> str:
+    member = chunk.member if chunk.member and chunk.member != chunk.class_name else ""
+    return f"{chunk.class_name}.{member}" if member else (chunk.class_name or chunk.title)
+
+
+def setter_of(member: str) -> str:
+    """The setter a getter or property would have: getPixelRatio, isEnabled and pixelRatio give setPixelRatio."""
+    stem = GETTER_RE.sub("", member)
+    return "set" + stem[:1].upper() + stem[1:] if stem else ""
+
+
+def is_setter_of(member: str, other: str) -> bool:
+    """Whether `member` is the setter of `other` (a getter or a property)."""
+    return bool(member) and member != other and member == setter_of(other)
+
+
+def is_chinese(text: str) -> bool:
+    return re.search(r"[\u3400-\u9fff]", text) is not None
+
+
+# -- the composer -----------------------------------------------------------------------------------------
+
+NOT_COVERED = ("文档中没有找到回答这个问题的内容。", "The documentation does not cover this.")
+RELATED = ("相关页面（不是答案）：", "Related pages (not an answer): ")
+EXAMPLE = ("示例", "Example")
+
+
+@dataclass
+class Composer:
+    """Build the extractive answer from the plan, the question's intent and the evidence's structure."""
+
+    window: int = 3  # the evidence a lead may come from when the question names no member
+    max_sections: int = 4  # sections answered in full: the members and classes asked about
+    max_sentences: int = 2  # sentences chosen by their words, besides the value and follow-up ones
+    max_facts: int = 5  # sentences of one section in all
+    max_options: int = 12  # list items kept when the question asks which options there are
+    max_quotes: int = 2  # supporting quotes after the sections, one sentence each
+    max_code_lines: int = 16  # a longer code example is left to the cited section
+    whole_chars: int = 280  # a callable's section this short is quoted whole, as a list (its parameters)
+    related_pages: int = 3
+    _numbers: dict[int, int] = field(default_factory=dict, init=False, repr=False)
+
+    def run(self, question: str, plan: Plan, hits: list[Hit], *, prefix: tuple[str, ...] = (),
+            covered: bool = True, confidence: str = "medium") -> Answer:
+        """Answer from `hits`; `covered` False (the evidence does not answer the question) gives the refusal."""
+        self._numbers = {}
+        chinese = is_chinese(question)
+        if not covered:
+            text = "\n\n".join((*prefix, self.refusal(hits, chinese)))
+            return Answer(text=text.strip(), citations=(), confidence="none", mode="extractive", reason="not_covered")
+        intent = read_intent(question)
+        from .text import tokenize
+
+        tokens = tokenize(question, stem=True)
+        focus = self.focus(question, plan, hits, intent)
+        parts = list(prefix)
+        has_code = False
+        for order, position in enumerate(focus):
+            block, code = self.block(tokens, intent, hits[position], position, lead=order == 0, has_code=has_code)
+            parts.append(block)
+            has_code = has_code or code
+        if not has_code and (intent.code or intent.howto):
+            example = self.example(hits, focus, chinese)
+            if example:
+                parts.append(example)
+        quotes = []
+        for position in range(len(hits)):
+            if position in focus or len(quotes) >= self.max_quotes:
+                continue
+            quote = self.quote(tokens, hits[position], position)
+            if quote:
+                quotes.append(quote)
+        if quotes:
+            parts.append("\n".join(quotes))
+        citations = tuple(Citation(number, hits[p].chunk.chunk_id, hits[p].chunk.source, hits[p].chunk.heading_path,
+                                   hits[p].chunk.anchor)
+                          for p, number in sorted(self._numbers.items(), key=lambda item: item[1]))
+        return Answer(text="\n\n".join(parts).strip(), citations=citations, confidence=confidence, mode="extractive")
+
+    def cite(self, position: int) -> str:
+        """The citation mark of an evidence position, numbered in the order the answer first cites it."""
+        number = self._numbers.setdefault(position, len(self._numbers) + 1)
+        return f"[{number}]"
+
+    # -- which sections answer --
+
+    def focus(self, question: str, plan: Plan, hits: list[Hit], intent: Intent) -> list[int]:
+        """The evidence positions answered in full, in the order the answer gives them: the section of each
+        member the question names (of a class it names, when it names one), else a member it writes as a word
+        in the first `window` hits, else the first hit; then the best section of each other class it names;
+        a getter or property gives way to its setter when the question wants to change something."""
+        classes = set(plan.classes)
+        owners = classes | {owner for _, owner in plan.inherited}
+        chosen: list[int] = []
+
+        def add(position: int | None) -> None:
+            if position is not None and position not in chosen and len(chosen) < self.max_sections:
+                chosen.append(position)
+
+        for member in plan.members:
+            add(next((p for p, h in enumerate(hits)
+                      if h.chunk.member == member and (not owners or h.chunk.class_name in owners)), None))
+        if not chosen:
+            written = set(re.findall(r"[A-Za-z_$][A-Za-z0-9_$]*", question))
+            add(next((p for p, h in enumerate(hits[:self.window])
+                      if h.chunk.member and h.chunk.member in written and h.chunk.member != h.chunk.class_name), None))
+        if not chosen and hits:
+            add(0)
+        for name in plan.classes[1:] if len(plan.classes) > 1 else ():
+            if not any(hits[p].chunk.class_name == name for p in chosen):
+                add(next((p for p, h in enumerate(hits) if h.chunk.class_name == name), None))
+        if intent.change and not intent.read:
+            chosen = [self.setter_position(hits, p) for p in chosen]
+        return list(dict.fromkeys(chosen))
+
+    @staticmethod
+    def setter_position(hits: list[Hit], position: int) -> int:
+        """The evidence position of the setter of the getter or property at `position` (same class), if any."""
+        chunk = hits[position].chunk
+        if not chunk.member or chunk.member.startswith("set"):
+            return position
+        for other, hit in enumerate(hits):
+            if hit.chunk.class_name == chunk.class_name and is_setter_of(hit.chunk.member, chunk.member):
+                return other
+        return position
+
+    # -- what each part says --
+
+    def facts(self, tokens: list[str], intent: Intent, section: Section) -> list[str]:
+        """The sentences of a section that answer: the best by the question's words, its value ("Default is")
+        and the follow-ups it requires ("you will have to call …"), and for a yes-or-no what it rules out;
+        in the section's order."""
+        from .text import tokenize
+
+        sentences = list(section.sentences)
+        if not sentences:
+            return []
+        scores = sentence_scores(tokens, [tokenize(s, stem=True) for s in sentences])
+        ranked = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
+        best = [i for i in ranked[:self.max_sentences] if scores[i] > 0] or [0]
+        is_property = not section.callable
+        values = [i for i, s in enumerate(sentences)
+                  if DEFAULT_RE.search(s) and (intent.value or is_property or scores[i] > 0)]
+        follow_ups = [i for i, s in enumerate(sentences) if FOLLOW_UP_RE.search(s)]
+        limits = [i for i, s in enumerate(sentences)
+                  if (intent.whether or intent.why) and scores[i] > 0 and LIMIT_RE.search(s)]
+        kept = list(dict.fromkeys([*best[:1], *values, *follow_ups, *limits, *best[1:]]))[:self.max_facts]
+        if intent.options:  # the choices a section lists, each an item of its own
+            kept += [i for i, s in enumerate(sentences) if LIST_ITEM_RE.match(s)][:self.max_options]
+        return [sentences[i] for i in sorted(set(kept))]
+
+    def block(self, tokens: list[str], intent: Intent, hit: Hit, position: int, *, lead: bool,
+              has_code: bool) -> tuple[str, bool]:
+        """One section answered: its label and signature, its facts, and its code example when short (the lead's
+        always, another's when the question asks how or for an example and none is shown yet)."""
+        chunk = hit.chunk
+        section = read_section(chunk)
+        mark = self.cite(position)
+        heading = f"**{member_label(chunk)}**"
+        if section.signature and section.signature.lstrip(".") not in (chunk.member, member_label(chunk)):
+            heading += f" — `{section.signature}`" if chunk.member else f" — {section.signature}"
+        block = f"{heading} {mark}"
+        if section.callable and 2 < len(section.sentences) and sum(map(len, section.sentences)) <= self.whole_chars:
+            block += "\n\n" + "\n".join(f"- {s}" for s in section.sentences) + f" {mark}"
+        else:
+            facts = self.facts(tokens, intent, section)
+            if facts:
+                block += "\n\n" + as_text(facts) + f" {mark}"
+        code = 2 < len(section.code) <= self.max_code_lines and (
+            lead or (not has_code and (intent.code or intent.howto)))
+        if code:
+            block += "\n\n" + "\n".join(section.code)
+        return block, code
+
+    def example(self, hits: list[Hit], focus: list[int], chinese: bool) -> str:
+        """A short code example from the evidence of a class answered, when no answered section has one."""
+        classes = {hits[p].chunk.class_name for p in focus}
+        for position, hit in enumerate(hits):
+            if hit.chunk.class_name not in classes:
+                continue
+            section = read_section(hit.chunk)
+            if 2 < len(section.code) <= self.max_code_lines:
+                label = EXAMPLE[0 if chinese else 1]
+                return f"{label}（{member_label(hit.chunk)}）{self.cite(position)}：\n\n" + "\n".join(section.code) \
+                    if chinese else f"{label} ({member_label(hit.chunk)}) {self.cite(position)}:\n\n" + "\n".join(section.code)
+        return ""
+
+    def quote(self, tokens: list[str], hit: Hit, position: int) -> str:
+        from .text import tokenize
+
+        section = read_section(hit.chunk)
+        if not section.sentences:
+            return ""
+        scores = sentence_scores(tokens, [tokenize(s, stem=True) for s in section.sentences])
+        best = max(range(len(scores)), key=lambda i: (scores[i], -i))
+        if scores[best] <= 0:
+            return ""  # a quote sharing no word with the question supports nothing
+        where = member_label(hit.chunk)
+        if section.signature and hit.chunk.member and section.signature.lstrip(".") != hit.chunk.member:
+            where = f"{where} (`{section.signature}`)"
+        return f"> {where}: {section.sentences[best]} {self.cite(position)}"
+
+    def refusal(self, hits: list[Hit], chinese: bool) -> str:
+        """Say the documentation does not cover the question, and name the nearest pages as related."""
+        pages = list(dict.fromkeys(h.chunk.class_name or h.chunk.title for h in hits))[:self.related_pages]
+        text = NOT_COVERED[0 if chinese else 1]
+        if pages:
+            text += "\n\n" + RELATED[0 if chinese else 1] + ("、" if chinese else ", ").join(pages)
+        return text

@@ -1,0 +1,178 @@
+"""The extractive composer (issue 29): each intent kind answered from the structure of the evidence, refusals,
+and citations numbered in the order the answer gives them. Fixtures: an invented SDK written here."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from rag.engine.compose import Composer, read_intent, setter_of
+from rag.engine.generate import CITATION_RE, ExtractiveGenerator
+from rag.engine.types import Chunk, Hit, Plan
+
+
+def hit(class_name: str, member: str, text: str, *, group: str = "Properties", cosine: float = 0.9) -> Hit:
+    heading = text.splitlines()[0].lstrip("# ") if text.startswith("#") else ""
+    chunk = Chunk(chunk_id=f"{class_name}-{member or group}", source=f"{class_name}.md", title=class_name,
+                  class_name=class_name, class_alias="", member=member,
+                  heading_path=(class_name, group, heading) if heading else (class_name, group), chunk_index=1, part=0,
+                  text=text)
+    return Hit(chunk=chunk, score=0.03, source="rrf", raw_score=cosine)
+
+
+def plan(question: str, classes=(), members=(), inherited=()) -> Plan:
+    return Plan(question=question, corrected_question=question, kind="doc", classes=tuple(classes),
+                members=tuple(members), inherited=tuple(inherited))
+
+
+def answer(question: str, hits: list[Hit], **named):
+    return ExtractiveGenerator().run(question, plan(question, **named), hits)
+
+
+LENS_ZOOM = hit("Lens", "zoom", "### .zoom : Float\n\nMagnification of the lens. Default is **1.5**.\n\n"
+                "After changing it you must call .refreshProjection() for the change to take effect.")
+LENS_DEPTH = hit("Lens", "depth", "### .depth : Float\n\nHow far the lens sees, in metres. Default is **400**.")
+LENS_CLOSE = hit("Lens", "close", "### .close : Float\n\nThe closest distance the lens renders. Default is **0.2**.\n\n"
+                 "Zero is not a valid value: it must be greater than 0.")
+SPRITE_GET = hit("Sprite", "getOpacity", "### .getOpacity () : Float\n\nReturns the opacity of the sprite.",
+                 group="Methods")
+SPRITE_SET = hit("Sprite", "setOpacity", "### .setOpacity ( value : Float ) : this\n\n"
+                 "Sets the opacity of the sprite, from 0 (transparent) to 1.", group="Methods")
+SPRITE_OVERVIEW = hit("Sprite", "", "# Sprite\n\nA flat picture that always faces the viewer.\n\n```js\n"
+                      "const sprite = new Sprite(picture);\nsprite.setOpacity(0.5);\nstage.add(sprite);\n```",
+                      group="Sprite")
+TILE_WRAP = hit("Tile", "wrap", "### .wrap : Number\n\nHow the picture repeats across the tile.\n\n"
+                "- ClampWrap: the edge pixel is stretched.\n- RepeatWrap: the picture repeats.\n- MirrorWrap: it repeats, "
+                "mirrored.\n\nDefault is ClampWrap.")
+BASE_VISIBLE = hit("Node", "visible", "### .visible : Boolean\n\nWhether the node is drawn. Default is **true**.")
+
+
+@pytest.mark.parametrize("question, kinds", [
+    ("What is the default zoom of Lens?", {"value"}),
+    ("Lens 的 zoom 默认值是多少？", {"value"}),
+    ("How do I change the opacity of a Sprite?", {"howto", "change"}),
+    ("怎么设置 Sprite 的透明度？", {"howto", "change"}),
+    ("Why does my zoom change have no effect?", {"why", "change"}),
+    ("close 能设成 0 吗？", {"whether"}),
+    ("Which values can Tile.wrap take?", {"options"}),
+    ("What parameters does setOpacity take?", {"signature"}),
+    ("给个 Sprite 的代码示例", {"code"}),
+    ("getOpacity 和 opacity 有什么区别？", {"compare"}),
+])
+def test_the_intent_is_read_from_the_questions_words(question, kinds):
+    assert kinds <= set(read_intent(question).kinds())
+
+
+def test_a_value_question_states_the_value_its_section_gives():
+    result = answer("What is the default zoom of Lens?", [LENS_DEPTH, LENS_ZOOM], classes=["Lens"], members=["zoom"])
+
+    assert result.text.startswith("**Lens.zoom** — `.zoom : Float` [1]")
+    assert "Default is **1.5**." in result.text
+
+
+def test_every_member_asked_gets_its_own_value():
+    question = "Lens 的 zoom、depth 和 close 默认分别是多少？"
+    result = answer(question, [LENS_ZOOM, LENS_DEPTH, LENS_CLOSE], classes=["Lens"], members=["zoom", "depth", "close"])
+
+    for value in ("1.5", "400", "0.2"):
+        assert value in result.text
+    assert [c.number for c in result.citations] == [1, 2, 3]
+
+
+def test_the_follow_up_a_section_requires_is_part_of_the_answer():
+    result = answer("How do I change the zoom of a Lens?", [LENS_ZOOM], classes=["Lens"], members=["zoom"])
+
+    assert "you must call .refreshProjection()" in result.text
+    assert "Default is **1.5**." in result.text
+
+
+def test_a_question_to_change_something_leads_with_the_setter_not_the_getter():
+    result = answer("How do I set the opacity of a Sprite?", [SPRITE_GET, SPRITE_SET], classes=["Sprite"])
+
+    assert result.text.startswith("**Sprite.setOpacity**")
+    assert result.citations[0].chunk_id == SPRITE_SET.chunk.chunk_id and result.citations[0].number == 1
+
+
+def test_a_question_to_read_something_keeps_the_getter():
+    result = answer("How do I get the opacity of a Sprite?", [SPRITE_GET, SPRITE_SET], classes=["Sprite"])
+
+    assert result.text.startswith("**Sprite.getOpacity**")
+
+
+def test_a_how_to_question_keeps_a_short_code_example_of_the_class_answered():
+    result = answer("怎么设置 Sprite 的透明度？", [SPRITE_SET, SPRITE_OVERVIEW], classes=["Sprite"])
+
+    assert result.text.startswith("**Sprite.setOpacity**")
+    assert "```js\nconst sprite = new Sprite(picture);" in result.text
+
+
+def test_a_yes_or_no_question_keeps_the_sentence_that_rules_it_out():
+    result = answer("Can close of a Lens be 0?", [LENS_CLOSE, LENS_DEPTH], classes=["Lens"], members=["close"])
+
+    assert "Zero is not a valid value" in result.text
+
+
+def test_an_options_question_lists_the_options_the_section_gives():
+    result = answer("Which values can Tile wrap take?", [TILE_WRAP], classes=["Tile"], members=["wrap"])
+
+    assert all(option in result.text for option in ("ClampWrap", "RepeatWrap", "MirrorWrap"))
+
+
+def test_each_class_a_question_names_gets_its_best_section():
+    question = "How do I make a Lens zoom and a Sprite fade?"
+    result = answer(question, [LENS_ZOOM, LENS_DEPTH, SPRITE_SET], classes=["Lens", "Sprite"])
+
+    assert "**Lens.zoom**" in result.text and "**Sprite.setOpacity**" in result.text
+
+
+def test_an_inherited_member_is_answered_from_the_page_that_documents_it():
+    question = "Is a Lens visible by default?"
+    result = answer(question, [LENS_DEPTH, BASE_VISIBLE], classes=["Lens", "Node"], members=["visible"],
+                    inherited=[("visible", "Node")])
+
+    assert "Lens inherits `visible`" in result.text
+    assert "**Node.visible**" in result.text and "Default is **true**." in result.text
+
+
+def test_evidence_that_does_not_cover_the_question_is_named_as_related_not_as_an_answer():
+    question = "How do I sync several players over the network?"
+    result = answer(question, [LENS_DEPTH, SPRITE_OVERVIEW])
+
+    assert result.text.startswith("The documentation does not cover this.")
+    assert "Related pages (not an answer): Lens, Sprite" in result.text
+    assert (result.citations, result.confidence, result.reason) == ((), "none", "not_covered")
+    assert not CITATION_RE.search(result.text)
+
+
+def test_the_refusal_speaks_the_questions_language():
+    result = answer("多人联机时怎么同步大家的操作？", [LENS_DEPTH])
+
+    assert result.text.startswith("文档中没有找到回答这个问题的内容。")
+    assert "相关页面" in result.text
+
+
+def test_citation_numbers_run_1_to_n_in_the_order_the_answer_cites_them():
+    question = "What is the default zoom of Lens, and how far does it see?"
+    hits = [LENS_CLOSE, LENS_DEPTH, SPRITE_SET, LENS_ZOOM]
+    result = answer(question, hits, classes=["Lens"], members=["zoom"])
+
+    numbers = [int(n) for n in CITATION_RE.findall(result.text)]
+    assert numbers[0] == 1
+    assert sorted(set(numbers)) == list(range(1, len(set(numbers)) + 1))
+    assert [c.number for c in result.citations] == list(range(1, len(result.citations) + 1))
+    cited = {c.number: c.chunk_id for c in result.citations}
+    assert cited[1] == LENS_ZOOM.chunk.chunk_id
+
+
+def test_the_setter_of_a_getter_or_property():
+    assert [setter_of(m) for m in ("getPixelRatio", "isEnabled", "pixelRatio")] == \
+        ["setPixelRatio", "setEnabled", "setPixelRatio"]
+
+
+def test_the_composer_never_cites_a_section_it_does_not_quote():
+    result = Composer().run("What is the default zoom of Lens?", plan("q", classes=["Lens"], members=["zoom"]),
+                            [LENS_ZOOM, SPRITE_OVERVIEW])
+
+    quoted = {int(n) for n in re.findall(r"\[(\d+)\]", result.text)}
+    assert quoted == {c.number for c in result.citations}
