@@ -127,6 +127,24 @@ class Section:
 def read_section(chunk) -> Section:
     """Split a chunk into its heading, its prose sentences (list items and table rows count as one each) and
     its first fenced code block."""
+    return read_text(chunk.text)
+
+
+def group_text(text: str, group: str) -> str:
+    """The text under a `## group` heading of a chunk, up to the next heading ("" when it has no such heading)."""
+    lines, inside = [], False
+    for line in text.splitlines():
+        heading = re.match(r"#{1,6}\s+(.*)", line.strip())
+        if heading:
+            if inside:
+                break
+            inside = heading.group(1).strip() == group.strip()
+        elif inside:
+            lines.append(line)
+    return "\n".join(lines)
+
+
+def read_text(text: str) -> Section:
     signature, prose, code, in_code, done = "", [], [], False, False
     paragraph: list[str] = []
 
@@ -135,7 +153,7 @@ def read_section(chunk) -> Section:
             prose.extend(split_sentences(" ".join(paragraph)))
             paragraph.clear()
 
-    for line in chunk.text.splitlines():
+    for line in text.splitlines():
         stripped = line.strip()
         if stripped.startswith(("```", "~~~")):
             flush()
@@ -197,6 +215,22 @@ def joined(sentences: list[str]) -> str:
     for sentence in sentences:
         text += sentence if not text or text[-1] in "。！？；：" else " " + sentence
     return text
+
+
+def group_requires(note, member) -> list[str]:
+    """The sentences of `note` (a chunk without a member) that require something of the reader about the group
+    `member` belongs to: the text under its `## group` heading on the same page ("Note that after changing these
+    properties you have to call …"); [] when `note` holds no such text."""
+    if note.member or not member.member or len(member.heading_path) < 3 or note.source != member.source:
+        return []
+    group = member.heading_path[1]
+    if note.heading_path == member.heading_path[:2]:
+        text = note.text
+    elif note.heading_path == member.heading_path[:1]:
+        text = group_text(note.text, group)  # a short page: the group's note shares the page's first chunk
+    else:
+        return []
+    return [s for s in read_text(text).sentences if FOLLOW_UP_RE.search(s)]
 
 
 def as_text(sentences: list[str]) -> str:
@@ -270,11 +304,11 @@ class Composer:
         from .text import tokenize
 
         tokens = tokenize(question, stem=True)
-        focus = self.focus(question, plan, hits, intent)
+        focus = self.focus(question, plan, hits, intent, tokens)
         parts = list(prefix)
         has_code = False
         for order, position in enumerate(focus):
-            block, code = self.block(tokens, intent, hits[position], position, lead=order == 0, has_code=has_code)
+            block, code = self.block(tokens, intent, hits, position, lead=order == 0, has_code=has_code)
             parts.append(block)
             has_code = has_code or code
         if not has_code and (intent.code or intent.howto):
@@ -283,7 +317,7 @@ class Composer:
                 parts.append(example)
         quotes = []
         for position in range(len(hits)):
-            if position in focus or len(quotes) >= self.max_quotes:
+            if position in self._numbers or len(quotes) >= self.max_quotes:
                 continue
             quote = self.quote(tokens, hits[position], position)
             if quote:
@@ -302,7 +336,7 @@ class Composer:
 
     # -- which sections answer --
 
-    def focus(self, question: str, plan: Plan, hits: list[Hit], intent: Intent) -> list[int]:
+    def focus(self, question: str, plan: Plan, hits: list[Hit], intent: Intent, tokens: list[str]) -> list[int]:
         """The evidence positions answered in full, in the order the answer gives them: the section of each
         member the question names (of a class it names, when it names one), else a member it writes as a word
         in the first `window` hits, else the first hit; then the best section of each other class it names;
@@ -329,7 +363,25 @@ class Composer:
                 add(next((p for p, h in enumerate(hits) if h.chunk.class_name == name), None))
         if intent.change and not intent.read:
             chosen = [self.setter_position(hits, p) for p in chosen]
+        # A member section of a class the question points at through a typed property of a class it names
+        # (`.shadow : LightShadow`, hinted by the planner) or that the search added by following one
+        # (rag.engine.complete), when it shares the question's words.
+        answered = {hits[p].chunk.class_name for p in chosen}
+        hinted = set(plan.hinted_classes) if plan.classes else set()
+        for position, hit in enumerate(hits):
+            chunk = hit.chunk
+            if chunk.member and chunk.class_name not in answered and (
+                    hit.source == "structure" or chunk.class_name in hinted) and self.related(tokens, chunk):
+                add(position)
+                answered.add(chunk.class_name)
         return list(dict.fromkeys(chosen))
+
+    @staticmethod
+    def related(tokens: list[str], chunk) -> bool:
+        """Whether a section shares a word with the question (its heading included)."""
+        from .text import tokenize
+
+        return bool(set(tokens) & set(tokenize(f"{chunk.member}\n{chunk.text}", stem=True)))
 
     @staticmethod
     def setter_position(hits: list[Hit], position: int) -> int:
@@ -367,11 +419,12 @@ class Composer:
             kept += [i for i, s in enumerate(sentences) if LIST_ITEM_RE.match(s)][:self.max_options]
         return [sentences[i] for i in sorted(set(kept))]
 
-    def block(self, tokens: list[str], intent: Intent, hit: Hit, position: int, *, lead: bool,
+    def block(self, tokens: list[str], intent: Intent, hits: list[Hit], position: int, *, lead: bool,
               has_code: bool) -> tuple[str, bool]:
-        """One section answered: its label and signature, its facts, and its code example when short (the lead's
-        always, another's when the question asks how or for an example and none is shown yet)."""
-        chunk = hit.chunk
+        """One section answered: its label and signature, its facts, what the note of its group requires, and
+        its code example when short (the lead's always, another's when the question asks how or for an example
+        and none is shown yet)."""
+        chunk = hits[position].chunk
         section = read_section(chunk)
         mark = self.cite(position)
         heading = f"**{member_label(chunk)}**"
@@ -384,11 +437,24 @@ class Composer:
             facts = self.facts(tokens, intent, section)
             if facts:
                 block += "\n\n" + as_text(facts) + f" {mark}"
+        note = self.group_note(hits, chunk)
+        if note is not None:
+            block += "\n\n" + joined(note[1]) + f" {self.cite(note[0])}"
         code = 2 < len(section.code) <= self.max_code_lines and (
             lead or (not has_code and (intent.code or intent.howto)))
         if code:
             block += "\n\n" + "\n".join(section.code)
         return block, code
+
+    @staticmethod
+    def group_note(hits: list[Hit], chunk) -> tuple[int, list[str]] | None:
+        """The follow-ups the note of a member's group requires ("after changing these properties call …"),
+        when that note is among the evidence: (its position, its sentences that require something)."""
+        for position, hit in enumerate(hits):
+            required = group_requires(hit.chunk, chunk)
+            if required:
+                return position, required
+        return None
 
     def example(self, hits: list[Hit], focus: list[int], chinese: bool) -> str:
         """A short code example from the evidence of a class answered, when no answered section has one."""

@@ -549,6 +549,17 @@ class VersionReader:
             if chunk.member:
                 members.setdefault(chunk.member, []).append(i)
         self._member_positions = {m: np.array(p, dtype=np.int64) for m, p in members.items()}
+        self.member_chunks = np.array([bool(c.member) for c in self.chunks], dtype=bool)
+        self._sections: dict[tuple[str, str], int] = {}  # (class, member) -> its section's first chunk
+        self._groups: dict[tuple[str, tuple[str, ...]], int] = {}  # (page, (title, "## group")) -> the group's note
+        for i, chunk in enumerate(self.chunks):
+            if chunk.member:
+                self._sections.setdefault((chunk.class_name, chunk.member), i)
+            elif len(chunk.heading_path) == 2:
+                self._groups.setdefault((chunk.source, chunk.heading_path), i)
+            elif len(chunk.heading_path) == 1:  # a short page: its groups' notes share its first chunk
+                for group in re.findall(r"^##\s+(.+?)\s*$", chunk.text, re.MULTILINE):
+                    self._groups.setdefault((chunk.source, (chunk.heading_path[0], group)), i)
 
     @classmethod
     def open(cls, store: IndexStore, kb: str, version: str, *, manifest: dict | None = None) -> "VersionReader":
@@ -617,6 +628,14 @@ class VersionReader:
         if positions is not None:
             mask[positions] = True
         return mask
+
+    def section_position(self, class_name: str, member: str) -> int | None:
+        """The first chunk of a class's member section, or None."""
+        return self._sections.get((class_name, member)) if member else None
+
+    def group_position(self, source: str, heading_path: tuple[str, ...]) -> int | None:
+        """The chunk holding the text under a page's `##` heading before its first member (the group's note)."""
+        return self._groups.get((source, tuple(heading_path)))
 
     def index_of(self, chunk_id: str) -> int | None:
         return self._id_index.get(chunk_id)

@@ -12,6 +12,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 from .adopt import Adopter
+from .complete import Completer
+from .compose import read_intent
 from .embed import QueryVectorCache
 from .fuse import rrf_fuse
 from .gate import EXEMPLAR_VECTORS, ChitchatGate, ExemplarVectors, weighted_coverage
@@ -36,6 +38,7 @@ class Searcher:
     queries: QueryVectorCache
     planner: Planner
     adopter: Adopter = field(default_factory=Adopter)
+    completer: Completer | None = field(default_factory=Completer)  # sections the answer needs, by structure
     gate: ChitchatGate = field(default_factory=ChitchatGate)
     exemplars: ExemplarVectors = field(default_factory=lambda: EXEMPLAR_VECTORS, repr=False)  # once per model
     depth: int = 100  # candidates taken from each route before fusion; class sums need depth
@@ -127,6 +130,9 @@ class Searcher:
             hits = self._adopt(plan, fused, excluded, dense, bm25, tokens, top_k)
             if reranked is not None and reranked.backend != "none":
                 hits = _marked_reranked(hits, reranked)
+        if self.completer is not None and hits:
+            with _timed(timings, "adopt"):  # completing the evidence is part of adopting it
+                hits = self.completer.run(reader, plan, hits, tokens, read_intent(plan.question))
         timings["total"] = elapsed_ms(started)
 
         return SearchResult(

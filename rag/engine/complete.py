@@ -1,0 +1,77 @@
+"""Evidence completion (E6, issue 29): sections an answer needs that the ranking left out, found by the
+documents' own structure rather than by the question's wording.
+
+After adoption, `Completer.run(reader, plan, hits, tokens)` appends (at most `max_added`, after the adopted
+hits, marked `source="structure"`):
+- the note of a leading member's group: the text under `## Properties` before its first member, when it
+  requires something of the reader ("after changing these properties you have to call …");
+- the setter of a leading getter or property (`getPixelRatio`, `pixelRatio` → `setPixelRatio`) when the
+  question wants to change something;
+- the section of a typed property's class that the question's words point at: `.shadow : DirectionalLightShadow`
+  leads, and the question's words are best matched, by BM25, within DirectionalLightShadow and its ancestors
+  (`LightShadow.mapSize`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .compose import Intent, group_requires, setter_of
+from .types import Hit, Plan
+
+STRUCTURE = "structure"  # Hit.source of an appended section
+
+
+@dataclass
+class Completer:
+    window: int = 3  # the leading hits whose structure is followed
+    max_added: int = 3
+
+    def run(self, reader, plan: Plan, hits: tuple[Hit, ...], tokens: list[str], intent: Intent) -> tuple[Hit, ...]:
+        if not hits:
+            return hits
+        present = {h.chunk.chunk_id for h in hits}
+        added: list[int] = []
+
+        def add(position: int | None) -> None:
+            if position is None or len(added) >= self.max_added:
+                return
+            chunk = reader.chunks[position]
+            if chunk.chunk_id not in present:
+                present.add(chunk.chunk_id)
+                added.append(position)
+
+        window = [h.chunk for h in hits[:self.window]]
+        for chunk in window:
+            if chunk.member and len(chunk.heading_path) >= 3:
+                group = reader.group_position(chunk.source, chunk.heading_path[:2])
+                if group is not None and group_requires(reader.chunks[group], chunk):
+                    add(group)
+        if intent.change and not intent.read:
+            for chunk in window:
+                if chunk.member and not chunk.member.startswith("set"):
+                    add(reader.section_position(chunk.class_name, setter_of(chunk.member)))
+        for chunk in window:
+            kind = reader.catalog.member_types(chunk.class_name).get(chunk.member) if chunk.member else None
+            if kind and kind not in plan.classes and tokens:
+                add(self.best_in(reader, (kind, *reader.catalog.ancestors(kind)), tokens))
+        if not added:
+            return hits
+        last = hits[-1]
+        return (*hits, *(Hit(chunk=reader.chunks[p], score=0.0, source=STRUCTURE, rank=last.rank + n, raw_score=0.0)
+                         for n, p in enumerate(added, start=1)))
+
+    @staticmethod
+    def best_in(reader, classes: tuple[str, ...], tokens: list[str]) -> int | None:
+        """The member section of these classes that the question's words match best by BM25; None if none shares
+        a word."""
+        mask = np.zeros(reader.count, dtype=bool)
+        for name in classes:
+            mask |= reader.class_mask(name)
+        if not mask.any():
+            return None
+        scores = np.where(mask & reader.member_chunks, reader.bm25_scores(tokens), 0.0)
+        best = int(np.argmax(scores))
+        return best if scores[best] > 0 else None

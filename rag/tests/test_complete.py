@@ -1,0 +1,163 @@
+"""Evidence completion (issue 29): sections the answer needs, followed by the documents' structure, on a small
+index of an invented SDK written here."""
+
+from __future__ import annotations
+
+import pytest
+
+from rag.engine.complete import STRUCTURE, Completer
+from rag.engine.compose import read_intent
+from rag.engine.embed import QueryVectorCache
+from rag.engine.generate import ExtractiveGenerator
+from rag.engine.index import VersionReader
+from rag.engine.ingest import read_folder
+from rag.engine.chunk import chunk_documents
+from rag.engine.plan import Planner
+from rag.engine.search import Searcher
+from rag.engine.types import Hit
+
+PAGES = {
+    "Lens.md": """# Lens
+
+A lens that projects the stage onto the screen.
+
+## Properties
+
+Note that after changing any of these properties you have to call .refreshProjection for the change to take effect.
+
+### .zoom : Float
+
+Magnification of the lens. Default is **1.5**.
+
+### .depth : Float
+
+How far the lens sees, in metres. Default is **400**.
+
+## Methods
+
+### .refreshProjection () : undefined
+
+Recomputes the projection from the properties above.
+""",
+    "Sprite.md": """# Sprite
+
+A flat picture that always faces the viewer.
+
+## Methods
+
+### .getOpacity () : Float
+
+Returns how opaque the sprite is.
+
+### .setOpacity ( value : Float ) : this
+
+Sets how opaque the sprite is, from 0 (transparent) to 1.
+
+### .flip () : this
+
+Mirrors the picture.
+""",
+    "Lamp.md": """# Lamp
+
+> Inheritance: Glow
+
+A light bulb on the stage.
+
+## Properties
+
+### .halo : LampHalo
+
+The halo drawn around the lamp, see LampHalo.
+
+### .power : Float
+
+Brightness in watts. Default is **60**.
+""",
+    "LampHalo.md": """# LampHalo
+
+> Inheritance: Halo
+
+The halo of a Lamp.
+
+## Properties
+
+### .spread : Float
+
+How far the halo spreads. Default is **2**.
+""",
+    "Halo.md": """# Halo
+
+The base class of halos.
+
+## Properties
+
+### .textureSize : Number
+
+Width and height of the halo texture in pixels; larger values give a sharper halo resolution. Default is **256**.
+
+### .blur : Float
+
+How soft the halo edge is. Default is **1**.
+""",
+}
+
+
+@pytest.fixture(scope="module")
+def reader(tmp_path_factory, real_embedder) -> VersionReader:
+    from conftest import make_store
+
+    folder = tmp_path_factory.mktemp("complete")
+    for name, text in PAGES.items():
+        (folder / "docs").mkdir(exist_ok=True)
+        (folder / "docs" / name).write_text(text, encoding="utf-8")
+    store = make_store(folder)
+    store.build("sdk", "v1", chunk_documents(read_folder(folder / "docs")), real_embedder)
+    return VersionReader.open(store, "sdk", "v1")
+
+
+def hit_of(reader, class_name: str, member: str) -> Hit:
+    return Hit(chunk=reader.chunks[reader.section_position(class_name, member)], score=0.03, source="rrf", rank=1)
+
+
+def complete(reader, question: str, *leading: Hit):
+    plan = Planner(reader.catalog).run(question)
+    return plan, Completer().run(reader, plan, tuple(leading), reader.tokenize(question), read_intent(question))
+
+
+def test_the_note_of_a_members_group_that_requires_a_call_is_added(reader):
+    _, hits = complete(reader, "How do I change the zoom of a Lens?", hit_of(reader, "Lens", "zoom"))
+
+    added = [h for h in hits if h.source == STRUCTURE]
+    assert len(added) == 1 and not added[0].chunk.member  # the page is short: the note shares its first chunk
+    assert "## Properties\n\nNote that after changing any of these properties" in added[0].chunk.text
+
+
+def test_the_setter_of_a_leading_getter_is_added_when_the_question_changes_something(reader):
+    _, hits = complete(reader, "How do I set how opaque a Sprite is?", hit_of(reader, "Sprite", "getOpacity"))
+
+    assert [h.chunk.member for h in hits] == ["getOpacity", "setOpacity"]
+    assert hits[1].source == STRUCTURE and hits[1].rank == 2
+
+
+def test_no_setter_is_added_when_the_question_reads_something(reader):
+    _, hits = complete(reader, "How do I get how opaque a Sprite is?", hit_of(reader, "Sprite", "getOpacity"))
+
+    assert [h.chunk.member for h in hits] == ["getOpacity"]
+
+
+def test_a_typed_property_is_followed_to_the_member_of_its_class_or_ancestor_the_question_points_at(reader):
+    _, hits = complete(reader, "How do I get a sharper halo resolution for a Lamp?", hit_of(reader, "Lamp", "halo"))
+
+    assert (hits[-1].chunk.class_name, hits[-1].chunk.member, hits[-1].source) == ("Halo", "textureSize", STRUCTURE)
+
+
+def test_the_answer_gives_the_follow_up_and_the_followed_member(reader, real_embedder):
+    searcher = Searcher(reader=reader, queries=QueryVectorCache(real_embedder), planner=Planner(reader.catalog))
+
+    zoom = searcher.run("How do I change the zoom of a Lens?")
+    halo = searcher.run("How do I get a sharper halo resolution for a Lamp?")
+
+    zoom_answer = ExtractiveGenerator().run(zoom.plan.corrected_question, zoom.plan, list(zoom.hits))
+    assert "Default is **1.5**" in zoom_answer.text and "call .refreshProjection" in zoom_answer.text
+    halo_answer = ExtractiveGenerator().run(halo.plan.corrected_question, halo.plan, list(halo.hits))
+    assert "**Halo.textureSize**" in halo_answer.text and "256" in halo_answer.text
