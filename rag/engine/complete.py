@@ -8,13 +8,15 @@ hits, marked `source="structure"`):
 - the setter of a leading getter or property (`getPixelRatio`, `pixelRatio` → `setPixelRatio`) when the
   question wants to change something;
 - the section of a typed property's class that the question's words point at: `.shadow : DirectionalLightShadow`
-  leads, and the question's words are best matched, by BM25, within DirectionalLightShadow and its ancestors
-  (`LightShadow.mapSize`).
+  leads, the question names the property (`shadow`) or the planner hinted its class, and the question's words
+  are best matched, by BM25, within DirectionalLightShadow and its ancestors (`LightShadow.mapSize`); when that
+  section was adopted already, it is marked `structure` in place.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -44,6 +46,7 @@ class Completer:
                 added.append(position)
 
         window = [h.chunk for h in hits[:self.window]]
+        words = {w.lower().rstrip("s") for w in re.findall(r"[A-Za-z_$][\w$]*", plan.question)}
         for chunk in window:
             if chunk.member and len(chunk.heading_path) >= 3:
                 group = reader.group_position(chunk.source, chunk.heading_path[:2])
@@ -53,15 +56,25 @@ class Completer:
             for chunk in window:
                 if chunk.member and not chunk.member.startswith("set"):
                     add(reader.section_position(chunk.class_name, setter_of(chunk.member)))
+        followed: set[str] = set()  # a typed property's target already among the hits: marked, not added
         for chunk in window:
             kind = reader.catalog.member_types(chunk.class_name).get(chunk.member) if chunk.member else None
-            if kind and kind not in plan.classes and tokens:
-                add(self.best_in(reader, (kind, *reader.catalog.ancestors(kind)), tokens))
-        if not added:
+            if not kind or kind in plan.classes or not tokens:
+                continue
+            classes = (kind, *reader.catalog.ancestors(kind))
+            if not (set(classes) & set(plan.hinted_classes) or chunk.member.lower().rstrip("s") in words):
+                continue  # the question does not point at this property: its class is not what it asks about
+            target = self.best_in(reader, classes, tokens)
+            if target is not None and reader.chunks[target].chunk_id in present:
+                followed.add(reader.chunks[target].chunk_id)
+            add(target)
+        if not added and not followed:
             return hits
         last = hits[-1]
-        return (*hits, *(Hit(chunk=reader.chunks[p], score=0.0, source=STRUCTURE, rank=last.rank + n, raw_score=0.0)
-                         for n, p in enumerate(added, start=1)))
+        marked = tuple(replace(h, source=STRUCTURE) if h.chunk.chunk_id in followed and h.source != "rerank" else h
+                       for h in hits)
+        return (*marked, *(Hit(chunk=reader.chunks[p], score=0.0, source=STRUCTURE, rank=last.rank + n, raw_score=0.0)
+                           for n, p in enumerate(added, start=1)))
 
     @staticmethod
     def best_in(reader, classes: tuple[str, ...], tokens: list[str]) -> int | None:

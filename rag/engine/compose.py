@@ -88,6 +88,9 @@ LIMIT_RE = re.compile(r"\bnot\b|\bcannot\b|\bcan't\b|\bonly\b|\bno longer\b|\bun
 # A getter and its setter: getPixelRatio / setPixelRatio, isEnabled / setEnabled, a property x / setX.
 GETTER_RE = re.compile(r"^(?:get|is|has)(?=[A-Z_])")
 LIST_ITEM_RE = re.compile(r"(?:[-*] |\||\d+\. )")
+# A line defining a name: a parameter or option and what it is ("near — the near plane. Default is 0.1.").
+DEFINITION_RE = re.compile(r"[A-Za-z_$][\w$.]*(?:\s*:\s*[\w.\[\]]+)?\s+[-—–]\s+\S")
+DEFINITION_CHARS = 300
 
 
 def split_sentences(text: str) -> list[str]:
@@ -176,6 +179,9 @@ def read_text(text: str) -> Section:
             flush()
             if not set(stripped) <= set("|-: "):
                 prose.append(stripped)
+        elif not paragraph and DEFINITION_RE.match(stripped) and len(stripped) <= DEFINITION_CHARS:
+            flush()
+            prose.append(stripped)  # "antialias - whether to antialias. Default is false.": one item, name and value
         else:
             paragraph.append(stripped)
     flush()
@@ -207,6 +213,31 @@ def sentence_scores(question_tokens: list[str], sentences: list[list[str]], *, k
                 score += idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * len(tokens) / average))
         scores.append(score)
     return scores
+
+
+SUBJECTLESS_CHARS = 24  # a value sentence shorter than this ("Default is true.") leans on the one before
+
+
+def covering(question_tokens: list[str], sentences: list[list[str]], limit: int) -> list[int]:
+    """Up to `limit` sentences chosen greedily, each covering the most question words (weighted by BM25's idf
+    over the sentences) that the sentences chosen before it did not; ties go to the earlier sentence."""
+    n = len(sentences)
+    terms = set(question_tokens)
+    frequency = {t: sum(1 for s in sentences if t in s) for t in terms}
+    weight = {t: math.log(1 + (n - f + 0.5) / (f + 0.5)) for t, f in frequency.items() if f}
+    covered: set[str] = set()
+    chosen: list[int] = []
+    sets = [set(s) & set(weight) for s in sentences]
+    while len(chosen) < limit:
+        gains = [(sum(weight[t] for t in sets[i] - covered), -i) for i in range(n) if i not in chosen]
+        if not gains:
+            break
+        gain, position = max(gains)
+        if gain <= 0:
+            break
+        chosen.append(-position)
+        covered |= sets[-position]
+    return chosen
 
 
 def joined(sentences: list[str]) -> str:
@@ -266,6 +297,11 @@ def is_setter_of(member: str, other: str) -> bool:
     return bool(member) and member != other and member == setter_of(other)
 
 
+def words_of(tokens: list[str]) -> list[str]:
+    """The tokens that are words: not the `_` a snake_case name is split at."""
+    return [t for t in tokens if t.strip("_")]
+
+
 def is_chinese(text: str) -> bool:
     return re.search(r"[\u3400-\u9fff]", text) is not None
 
@@ -283,7 +319,7 @@ class Composer:
 
     window: int = 3  # the evidence a lead may come from when the question names no member
     max_sections: int = 4  # sections answered in full: the members and classes asked about
-    max_sentences: int = 2  # sentences chosen by their words, besides the value and follow-up ones
+    max_sentences: int = 3  # sentences chosen by the question's words, besides the value and follow-up ones
     max_facts: int = 5  # sentences of one section in all
     max_options: int = 12  # list items kept when the question asks which options there are
     max_quotes: int = 2  # supporting quotes after the sections, one sentence each
@@ -303,7 +339,7 @@ class Composer:
         intent = read_intent(question)
         from .text import tokenize
 
-        tokens = tokenize(question, stem=True)
+        tokens = words_of(tokenize(question, stem=True))
         focus = self.focus(question, plan, hits, intent, tokens)
         parts = list(prefix)
         has_code = False
@@ -319,7 +355,7 @@ class Composer:
         for position in range(len(hits)):
             if position in self._numbers or len(quotes) >= self.max_quotes:
                 continue
-            quote = self.quote(tokens, hits[position], position)
+            quote = self.quote(tokens, intent, hits[position], position)
             if quote:
                 quotes.append(quote)
         if quotes:
@@ -361,17 +397,27 @@ class Composer:
         for name in plan.classes[1:] if len(plan.classes) > 1 else ():
             if not any(hits[p].chunk.class_name == name for p in chosen):
                 add(next((p for p, h in enumerate(hits) if h.chunk.class_name == name), None))
+        if not plan.members:
+            # No member named: the answer may take several members ("the defaults of the dash and the gap"), so
+            # each member section among the first hits that shares the question's words is answered in full.
+            for position, hit in enumerate(hits[:self.window + 1]):
+                if hit.chunk.member and hit.source != "structure" and self.related(tokens, hit.chunk):
+                    add(position)
         if intent.change and not intent.read:
-            chosen = [self.setter_position(hits, p) for p in chosen]
-        # A member section of a class the question points at through a typed property of a class it names
-        # (`.shadow : LightShadow`, hinted by the planner) or that the search added by following one
-        # (rag.engine.complete), when it shares the question's words.
-        answered = {hits[p].chunk.class_name for p in chosen}
-        hinted = set(plan.hinted_classes) if plan.classes else set()
+            # A getter gives way to its setter; a property keeps its place (its value) and its setter follows.
+            swapped: list[int] = []
+            for position in chosen:
+                setter = self.setter_position(hits, position)
+                member = hits[position].chunk.member
+                swapped += [setter] if GETTER_RE.match(member) else [position, setter]
+            chosen = list(dict.fromkeys(swapped))[:self.max_sections]
+        # A member section of a class the question points at through a typed property (`.shadow : LightShadow`),
+        # that the search found by following it (rag.engine.complete), when it shares the question's words.
+        answered = {hits[p].chunk.class_name for p in chosen} | {h.chunk.class_name for h in hits[:self.window]}
         for position, hit in enumerate(hits):
             chunk = hit.chunk
-            if chunk.member and chunk.class_name not in answered and (
-                    hit.source == "structure" or chunk.class_name in hinted) and self.related(tokens, chunk):
+            if hit.source == "structure" and chunk.member and chunk.class_name not in answered and self.related(
+                    tokens, chunk):
                 add(position)
                 answered.add(chunk.class_name)
         return list(dict.fromkeys(chosen))
@@ -381,7 +427,7 @@ class Composer:
         """Whether a section shares a word with the question (its heading included)."""
         from .text import tokenize
 
-        return bool(set(tokens) & set(tokenize(f"{chunk.member}\n{chunk.text}", stem=True)))
+        return bool(set(tokens) & set(words_of(tokenize(f"{chunk.member}\n{chunk.text}", stem=True))))
 
     @staticmethod
     def setter_position(hits: list[Hit], position: int) -> int:
@@ -397,24 +443,30 @@ class Composer:
     # -- what each part says --
 
     def facts(self, tokens: list[str], intent: Intent, section: Section) -> list[str]:
-        """The sentences of a section that answer: the best by the question's words, its value ("Default is")
-        and the follow-ups it requires ("you will have to call …"), and for a yes-or-no what it rules out;
-        in the section's order."""
+        """The sentences of a section that answer: all of a short one; else those covering most of the question's
+        words (each adds words the ones before did not cover), its values ("Default is") and the follow-ups it requires ("you will have
+        to call …"), and for a yes-or-no or a why what it rules out; in the section's order. A value sentence
+        too short to name its subject ("默认为 false。") keeps the sentence before it."""
         from .text import tokenize
 
         sentences = list(section.sentences)
         if not sentences:
             return []
-        scores = sentence_scores(tokens, [tokenize(s, stem=True) for s in sentences])
-        ranked = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
-        best = [i for i in ranked[:self.max_sentences] if scores[i] > 0] or [0]
+        if len(sentences) <= self.max_facts and sum(map(len, sentences)) <= self.whole_chars:
+            return sentences  # a short section is its own best answer, whole
+        tokenized = [tokenize(s, stem=True) for s in sentences]
+        scores = sentence_scores(tokens, tokenized)
+        best = covering(tokens, tokenized, self.max_sentences) or [0]
         is_property = not section.callable
-        values = [i for i, s in enumerate(sentences)
-                  if DEFAULT_RE.search(s) and (intent.value or is_property or scores[i] > 0)]
+        values = [i for i, s in enumerate(sentences) if DEFAULT_RE.search(s) and (scores[i] > 0 or (
+            is_property and (intent.value or len(sentences) <= 4)))]
         follow_ups = [i for i, s in enumerate(sentences) if FOLLOW_UP_RE.search(s)]
         limits = [i for i, s in enumerate(sentences)
                   if (intent.whether or intent.why) and scores[i] > 0 and LIMIT_RE.search(s)]
-        kept = list(dict.fromkeys([*best[:1], *values, *follow_ups, *limits, *best[1:]]))[:self.max_facts]
+        kept = list(dict.fromkeys([*best, *values, *follow_ups, *limits]))[:self.max_facts]
+        for i in list(kept):
+            if i > 0 and i in values and len(sentences[i]) < SUBJECTLESS_CHARS and i - 1 not in kept:
+                kept.append(i - 1)
         if intent.options:  # the choices a section lists, each an item of its own
             kept += [i for i, s in enumerate(sentences) if LIST_ITEM_RE.match(s)][:self.max_options]
         return [sentences[i] for i in sorted(set(kept))]
@@ -469,7 +521,9 @@ class Composer:
                     if chinese else f"{label} ({member_label(hit.chunk)}) {self.cite(position)}:\n\n" + "\n".join(section.code)
         return ""
 
-    def quote(self, tokens: list[str], hit: Hit, position: int) -> str:
+    def quote(self, tokens: list[str], intent: Intent, hit: Hit, position: int) -> str:
+        """One line for a supporting section: its best sentence by the question's words, and its value sentence
+        when the question asks for a value; nothing when it shares no word with the question."""
         from .text import tokenize
 
         section = read_section(hit.chunk)
@@ -479,10 +533,13 @@ class Composer:
         best = max(range(len(scores)), key=lambda i: (scores[i], -i))
         if scores[best] <= 0:
             return ""  # a quote sharing no word with the question supports nothing
+        chosen = [best]
+        if intent.value:
+            chosen += [i for i, s in enumerate(section.sentences) if DEFAULT_RE.search(s) and i != best][:1]
         where = member_label(hit.chunk)
         if section.signature and hit.chunk.member and section.signature.lstrip(".") != hit.chunk.member:
             where = f"{where} (`{section.signature}`)"
-        return f"> {where}: {section.sentences[best]} {self.cite(position)}"
+        return f"> {where}: {joined([section.sentences[i] for i in sorted(chosen)])} {self.cite(position)}"
 
     def refusal(self, hits: list[Hit], chinese: bool) -> str:
         """Say the documentation does not cover the question, and name the nearest pages as related."""

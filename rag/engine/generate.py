@@ -192,7 +192,8 @@ def confidence_level(signals: EvidenceSignals) -> str:
 
 def covers(signals: EvidenceSignals) -> bool:
     """Whether the evidence answers the question at all: the question names a class or member of the
-    documentation, or the first hit holds at least `COVERAGE_MEDIUM` of its words. When it does not, the
+    documentation, or the first hit holds at least `COVERAGE_MEDIUM` of its words (a class called by a Chinese
+    alias does not count: common words such as 场景 are aliases too). When it does not, the
     extractive answer says the documentation does not cover the question (rag.engine.compose)."""
     if signals.hits == 0:
         return False

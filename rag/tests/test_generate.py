@@ -276,8 +276,20 @@ def test_the_answer_leads_with_the_sentence_that_says_what_the_folder_holds():
     lead, *rest = answer.text.split("\n\n")
     assert lead == "**Configuration.RAG_DATA_DIR** [1]"
     assert rest[0].startswith("Default: `./data`") and "holds all local state" in rest[0] and rest[0].endswith("[1]")
-    assert "persistent disk" not in rest[0]  # the sentence sharing nothing with the question is left out
+    assert "persistent disk" in rest[0]  # a section this short (three sentences) is quoted whole
     assert rest[1].startswith("```bash")
+
+
+def test_a_long_section_keeps_only_the_sentences_that_share_the_questions_words():
+    filler = " ".join(f"Paragraph {n} of background about unrelated storage tiers." for n in range(8))
+    text = DATA_DIR_SECTION.replace("Point it at", filler + " Point it at")
+    hits = [make_hit("RAG_DATA_DIR", text, "Configuration")]
+    question = "What does RAG_DATA_DIR hold?"
+
+    answer = ExtractiveGenerator().run(question, docs_plan(question, members=("RAG_DATA_DIR",)), hits)
+
+    assert "holds all local state" in answer.text and "Default: `./data`" in answer.text
+    assert "Paragraph 3" not in answer.text and "persistent disk" not in answer.text
 
 
 def test_supporting_quotes_follow_the_lead_one_line_each_and_only_when_they_share_a_word():
