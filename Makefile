@@ -86,6 +86,7 @@ bench: install
 	$(PY) bench/retrieval.py
 	$(PY) bench/cli.py
 	$(PY) bench/confidence.py
+	$(PY) bench/answers.py
 
 # Real API references as their generators wrote them (Debian's Sphinx, Javadoc, Doxygen and gtk-doc packages; TypeDoc,
 # JSDoc and a Markdown site generated from npm and PyPI): read, built and asked (bench/formats/bench.py).

@@ -72,7 +72,8 @@ def is_correct(item: dict, answer, hits) -> bool:
     """Whether the answer is right by its cited evidence (see the module docstring)."""
     if not item["answerable"]:
         return not answer.citations
-    cited = [hits[c.number - 1].chunk for c in answer.citations]
+    by_id = {h.chunk.chunk_id: h.chunk for h in hits}
+    cited = [by_id[c.chunk_id] for c in answer.citations]  # numbered in the answer's order, not the evidence's
     expected = set(item.get("expected_classes") or [])
     if not expected <= {chunk.class_name for chunk in cited}:
         return False
@@ -94,7 +95,7 @@ def answer_all(folder: Path, sets: tuple[str, ...], version: str) -> list[dict]:
     records = []
     for name, items in golden.items():
         for item in items:
-            result = searchers[item["kb"]].run(item["question"])
+            result = searchers[item["kb"]].run(item["question"], mode="hybrid")
             hits = list(result.hits)
             answer = answer_without_model(result.plan, hits, weak_evidence=result.weak_evidence)
             if answer is None:
@@ -108,8 +109,8 @@ def answer_all(folder: Path, sets: tuple[str, ...], version: str) -> list[dict]:
                 "plan": {"kind": result.plan.kind, "classes": list(result.plan.classes),
                          "hinted_classes": list(result.plan.hinted_classes), "members": list(result.plan.members)},
                 "mode": answer.mode, "confidence": answer.confidence, "correct": is_correct(item, answer, hits),
-                "cited": [f"{hits[c.number - 1].chunk.class_name}.{hits[c.number - 1].chunk.member}"
-                          for c in answer.citations],
+                "cited": [f"{chunk.class_name}.{chunk.member}" for c in answer.citations
+                          for chunk in [h.chunk for h in hits if h.chunk.chunk_id == c.chunk_id][:1]],
                 "signals": asdict(evidence_signals(result.plan, hits)) if hits else None,
             })
     queries_store.save()

@@ -31,7 +31,10 @@ class Completer:
     window: int = 3  # the leading hits whose structure is followed
     max_added: int = 3
 
-    def run(self, reader, plan: Plan, hits: tuple[Hit, ...], tokens: list[str], intent: Intent) -> tuple[Hit, ...]:
+    def run(self, reader, plan: Plan, hits: tuple[Hit, ...], tokens: list[str], intent: Intent,
+            cosines: np.ndarray | None = None) -> tuple[Hit, ...]:
+        """`cosines`: the question's cosine to every chunk (the dense route's), to rank a typed property's
+        candidates by meaning; None ranks them by BM25."""
         if not hits:
             return hits
         present = {h.chunk.chunk_id for h in hits}
@@ -64,7 +67,8 @@ class Completer:
             classes = (kind, *reader.catalog.ancestors(kind))
             if not (set(classes) & set(plan.hinted_classes) or chunk.member.lower().rstrip("s") in words):
                 continue  # the question does not point at this property: its class is not what it asks about
-            target = self.best_in(reader, classes, tokens)
+            named = {t for name in plan.classes for t in reader.class_tokens(name)}
+            target = self.best_in(reader, classes, [t for t in tokens if t not in named], cosines)
             if target is not None and reader.chunks[target].chunk_id in present:
                 followed.add(reader.chunks[target].chunk_id)
             add(target)
@@ -77,14 +81,20 @@ class Completer:
                            for n, p in enumerate(added, start=1)))
 
     @staticmethod
-    def best_in(reader, classes: tuple[str, ...], tokens: list[str]) -> int | None:
-        """The member section of these classes that the question's words match best by BM25; None if none shares
-        a word."""
+    def best_in(reader, classes: tuple[str, ...], tokens: list[str], cosines: np.ndarray | None = None) -> int | None:
+        """The member section (not a constructor) of these classes nearest the question (by cosine when given,
+        else by BM25) among those sharing a word with it; None if none shares a word."""
         mask = np.zeros(reader.count, dtype=bool)
         for name in classes:
             mask |= reader.class_mask(name)
         if not mask.any():
             return None
-        scores = np.where(mask & reader.member_chunks, reader.bm25_scores(tokens), 0.0)
-        best = int(np.argmax(scores))
-        return best if scores[best] > 0 else None
+        sections = mask & reader.member_chunks
+        for position in np.flatnonzero(sections):
+            if reader.chunks[position].member == reader.chunks[position].class_name:
+                sections[position] = False  # a constructor documents the class, not a setting of it
+        shared = np.where(sections, reader.bm25_scores(tokens), 0.0) > 0
+        if not shared.any():
+            return None
+        scores = np.where(shared, cosines if cosines is not None else reader.bm25_scores(tokens), -np.inf)
+        return int(np.argmax(scores))

@@ -309,7 +309,7 @@ def is_chinese(text: str) -> bool:
 # -- the composer -----------------------------------------------------------------------------------------
 
 NOT_COVERED = ("文档中没有找到回答这个问题的内容。", "The documentation does not cover this.")
-RELATED = ("相关页面（不是答案）：", "Related pages (not an answer): ")
+RELATED = ("相关内容（不是答案）：", "Related sections (not an answer): ")
 EXAMPLE = ("示例", "Example")
 
 
@@ -325,7 +325,7 @@ class Composer:
     max_quotes: int = 2  # supporting quotes after the sections, one sentence each
     max_code_lines: int = 16  # a longer code example is left to the cited section
     whole_chars: int = 280  # a callable's section this short is quoted whole, as a list (its parameters)
-    related_pages: int = 3
+    related_sections: int = 3
     _numbers: dict[int, int] = field(default_factory=dict, init=False, repr=False)
 
     def run(self, question: str, plan: Plan, hits: list[Hit], *, prefix: tuple[str, ...] = (),
@@ -389,11 +389,15 @@ class Composer:
             add(next((p for p, h in enumerate(hits)
                       if h.chunk.member == member and (not owners or h.chunk.class_name in owners)), None))
         if not chosen:
-            written = set(re.findall(r"[A-Za-z_$][A-Za-z0-9_$]*", question))
+            # Written as code (`setSize`, `max_age`, `.near`), or any Latin word in Chinese text (as the planner
+            # reads it); in English prose a plain word that is also a member (`view`) is just a word.
+            written = {w for w in re.findall(r"\.?[A-Za-z_$][A-Za-z0-9_$]*", question)
+                       if w.startswith(".") or is_chinese(question) or not re.fullmatch(r"[a-z]+", w)}
+            written = {w.lstrip(".") for w in written}
             add(next((p for p, h in enumerate(hits[:self.window])
                       if h.chunk.member and h.chunk.member in written and h.chunk.member != h.chunk.class_name), None))
         if not chosen and hits:
-            add(0)
+            add(self.best_covering(tokens, hits[:self.window]))
         for name in plan.classes[1:] if len(plan.classes) > 1 else ():
             if not any(hits[p].chunk.class_name == name for p in chosen):
                 add(next((p for p, h in enumerate(hits) if h.chunk.class_name == name), None))
@@ -421,6 +425,20 @@ class Composer:
                 add(position)
                 answered.add(chunk.class_name)
         return list(dict.fromkeys(chosen))
+
+    @staticmethod
+    def best_covering(tokens: list[str], hits: list[Hit]) -> int:
+        """The hit whose section (heading and text) holds the most of the question's words, each weighted by how
+        rare it is among these hits (as BM25's idf); the earlier on a tie. "field of view" leads with the section
+        that says "field of view", not with one whose member happens to be called `view`."""
+        from .text import tokenize
+
+        sections = [set(words_of(tokenize(f"{h.chunk.member}\n{h.chunk.text}", stem=True))) for h in hits]
+        n = len(sections)
+        weight = {t: math.log(1 + (n - f + 0.5) / (f + 0.5))
+                  for t in set(tokens) if (f := sum(t in s for s in sections))}
+        scores = [sum(weight.get(t, 0.0) for t in section & set(tokens)) for section in sections]
+        return max(range(n), key=lambda i: (scores[i], -i)) if n else 0
 
     @staticmethod
     def related(tokens: list[str], chunk) -> bool:
@@ -490,7 +508,7 @@ class Composer:
             if facts:
                 block += "\n\n" + as_text(facts) + f" {mark}"
         note = self.group_note(hits, chunk)
-        if note is not None:
+        if note is not None and note[0] not in self._numbers:  # a group's note is given once
             block += "\n\n" + joined(note[1]) + f" {self.cite(note[0])}"
         code = 2 < len(section.code) <= self.max_code_lines and (
             lead or (not has_code and (intent.code or intent.howto)))
@@ -542,8 +560,9 @@ class Composer:
         return f"> {where}: {joined([section.sentences[i] for i in sorted(chosen)])} {self.cite(position)}"
 
     def refusal(self, hits: list[Hit], chinese: bool) -> str:
-        """Say the documentation does not cover the question, and name the nearest pages as related."""
-        pages = list(dict.fromkeys(h.chunk.class_name or h.chunk.title for h in hits))[:self.related_pages]
+        """Say the documentation does not cover the question, and name the nearest sections as related (the class
+        and member of each, not cited: they are not an answer)."""
+        pages = list(dict.fromkeys(member_label(h.chunk) for h in hits))[:self.related_sections]
         text = NOT_COVERED[0 if chinese else 1]
         if pages:
             text += "\n\n" + RELATED[0 if chinese else 1] + ("、" if chinese else ", ").join(pages)

@@ -132,7 +132,8 @@ class Searcher:
                 hits = _marked_reranked(hits, reranked)
         if self.completer is not None and hits:
             with _timed(timings, "adopt"):  # completing the evidence is part of adopting it
-                hits = self.completer.run(reader, plan, hits, tokens, read_intent(plan.question))
+                hits = self.completer.run(reader, plan, hits, tokens, read_intent(plan.question),
+                                          dense.scores if dense is not None else None)
         timings["total"] = elapsed_ms(started)
 
         return SearchResult(

@@ -140,7 +140,7 @@ def test_evidence_that_does_not_cover_the_question_is_named_as_related_not_as_an
     result = answer(question, [LENS_DEPTH, SPRITE_OVERVIEW])
 
     assert result.text.startswith("The documentation does not cover this.")
-    assert "Related pages (not an answer): Lens, Sprite" in result.text
+    assert "Related sections (not an answer): Lens.depth, Sprite" in result.text
     assert (result.citations, result.confidence, result.reason) == ((), "none", "not_covered")
     assert not CITATION_RE.search(result.text)
 
@@ -149,7 +149,7 @@ def test_the_refusal_speaks_the_questions_language():
     result = answer("多人联机时怎么同步大家的操作？", [LENS_DEPTH])
 
     assert result.text.startswith("文档中没有找到回答这个问题的内容。")
-    assert "相关页面" in result.text
+    assert "相关内容（不是答案）：Lens.depth" in result.text
 
 
 def test_citation_numbers_run_1_to_n_in_the_order_the_answer_cites_them():
