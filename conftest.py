@@ -323,7 +323,8 @@ class LlmServer:
     """Script what the fake model does next: `replies` is a queue of (kind, text) consumed per call.
 
     kinds: "ok" (answer with text), "500", "slow" (sleep past the client's read timeout), "malformed"
-    (a body that is not a chat completion), "cut" (a stream that stops without data). With no reply
+    (a body that is not a chat completion), "cut" (a stream that stops without data), "drip" (a word every
+    0.2 s), "stall" (the first word of the text, then nothing until the client hangs up). With no reply
     scripted, the server answers "ok" with `default_text`.
     """
 
@@ -333,7 +334,12 @@ class LlmServer:
     default_text: str = "The far plane defaults to 2000 [1]."
     delay: float = 2.0
     sent: list = field(default_factory=list)  # words a dripping stream has written
-    hung_up: bool = False  # the client closed a dripping stream early
+    hung_up: bool = False  # the client closed a dripping or stalled stream early
+    stalled: threading.Event = field(default_factory=threading.Event)  # a "stall" reply has sent its first word
+    closed: threading.Event = field(default_factory=threading.Event)  # ... and its client has hung up since
+
+
+STALL_LIMIT = 600  # seconds a stalled reply waits for its client at most; far above any test's wait for it
 
 
 @pytest.fixture
@@ -367,6 +373,8 @@ def llm_server():
                 return self._sse([])
             if kind == "drip":  # one word every 0.2 s until the reader hangs up
                 return self._drip(re.findall(r"\S+\s*", text))
+            if kind == "stall":
+                return self._stall(re.findall(r"\S+\s*", text)[0])
             words = re.findall(r"\S+\s*", text)
             events = [json.dumps({"choices": [{"index": 0, "delta": {"content": w}}]}) for w in words]
             events.append(json.dumps({"choices": [], "usage": usage}))
@@ -386,6 +394,29 @@ def llm_server():
                 self.wfile.write(b"data: [DONE]\n\n")
             except (BrokenPipeError, ConnectionResetError):
                 state.hung_up = True
+            self.close_connection = True
+
+        def _stall(self, word):
+            """Send one word, then wait for the client to hang up (a model that stops writing mid-answer). The wait
+            ends after STALL_LIMIT seconds at most, so a client that never hangs up cannot hold a test run."""
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write(f"data: {json.dumps({'choices': [{'delta': {'content': word}}]})}\n\n".encode())
+            self.wfile.flush()
+            state.sent.append(word)
+            self.connection.settimeout(STALL_LIMIT)
+            state.stalled.set()
+            try:
+                left = self.connection.recv(1) == b""  # the request was read whole: only its end can come now
+            except TimeoutError:
+                left = False
+            except OSError:  # reset by the client
+                left = True
+            if left:
+                state.hung_up = True
+                state.closed.set()
             self.close_connection = True
 
         def _sse(self, events):

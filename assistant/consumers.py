@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-import sys
 import threading
-import weakref
 
 from asgiref.sync import sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
@@ -15,40 +14,12 @@ from assistant.api import AskInput
 from assistant.services import error_frame, web_chat_stream, web_socket_closed, web_socket_opened
 from rag.errors import ServiceError
 from rag.limits import Client
-from rag.streams import BUSY_RETRY_AFTER, DEADLINE_PASSED, answer_streams, relay
+from rag.streams import BUSY_RETRY_AFTER, DEADLINE_PASSED, SERVER_STOPPING, answer_streams, relay
 
-SHUTDOWN_WAIT = 5.0  # seconds a stopping server gives a cancelled answer to record itself
 # The close code of a socket over a per-client limit (4000-4999 are the application's; 429 as in HTTP). The
 # socket is accepted first, so the page reads the error frame (code, retry_after) before the close; a socket
 # refused before accept would reach the browser as a bare handshake failure.
 LIMIT_CLOSE_CODE = 4429
-_open: weakref.WeakSet = weakref.WeakSet()  # this process's chat sockets
-_draining = False
-
-
-def _drain_on_shutdown() -> None:
-    """Under Daphne, end every answer in flight before a stopping server closes its sockets (SIGTERM).
-
-    Daphne cancels each application before the reactor shuts down, but a connection that never reached an
-    application (a load balancer's TCP probe) makes that step raise for all of them; so the consumers also
-    take part in Twisted's own "before shutdown" phase, registered once, on the first socket of the process.
-    Outside Daphne (tests, other servers) no reactor is running and nothing is registered."""
-    global _draining
-    reactor = sys.modules.get("twisted.internet.reactor")
-    if _draining or reactor is None or not getattr(reactor, "running", False):
-        return
-    _draining = True
-
-    def drain():
-        from twisted.internet import defer
-
-        answering = [c for c in list(_open) if c.task is not None and not c.task.done()]
-        if not answering:
-            return None
-        return defer.Deferred.fromFuture(asyncio.ensure_future(
-            asyncio.gather(*(c._server_stopping() for c in answering), return_exceptions=True)))
-
-    reactor.addSystemEventTrigger("before", "shutdown", drain)
 
 
 def _refuse_constant(name: str):
@@ -59,30 +30,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     """One socket per page; one answer at a time. Closing the socket stops the model's stream."""
 
     task: asyncio.Task | None = None
-    stopping = False
     counted = False  # this socket counts against its client's open sockets (rag.limits)
-
-    async def __call__(self, scope, receive, send):
-        _drain_on_shutdown()
-        _open.add(self)
-        try:
-            await super().__call__(scope, receive, send)
-        except asyncio.CancelledError:  # the server is stopping: Daphne cancels every application on SIGTERM
-            await self._server_stopping()
-            raise
-
-    async def _server_stopping(self):
-        """End an answer in flight with a final error frame, and give it a moment to record itself."""
-        if self.stopping or self.task is None or self.task.done():
-            return
-        self.stopping = True
-        self.cancel.set()
-        try:
-            await self.send_json({"type": "error", "code": "server_stopping", "retry_after": BUSY_RETRY_AFTER,
-                                  "message": "The server is restarting; ask again in a moment."})
-        except Exception:  # noqa: BLE001 - the socket may be gone already
-            pass
-        await asyncio.wait([self.task], timeout=SHUTDOWN_WAIT)  # it ends when the answer's thread has
 
     async def connect(self):
         self.cancel = threading.Event()
@@ -125,7 +73,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
 
     async def _stream(self, ask: dict, cancel: threading.Event):
         """Run the answer on an answer thread (rag.streams) and forward its events; "busy" when none is free, a
-        final error frame when the answer runs past its deadline."""
+        final error frame when the answer runs past its deadline or the server stops (rag.streams: SIGTERM)."""
         slot = answer_streams().reserve()
         if slot is None:
             self.answering = False
@@ -136,15 +84,23 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
                        cancel=cancel, on_error=lambda exc: {"type": "error", "code": "service_error",
                                                             "message": "The answer failed."})
         try:
-            async for event in events:
-                if event is DEADLINE_PASSED:
-                    await self.send_json({"type": "error", "code": "answer_deadline",
-                                          "message": "The answer took too long and was stopped."})
-                    return
-                if event["type"] in ("final", "error"):
-                    self.answering = False  # the page may ask its next question once it has this frame
-                if not cancel.is_set():
-                    await self.send_json(event)
+            async with contextlib.aclosing(events):
+                async for event in events:
+                    if event is DEADLINE_PASSED:
+                        await self.send_json({"type": "error", "code": "answer_deadline",
+                                              "message": "The answer took too long and was stopped."})
+                        return
+                    if event is SERVER_STOPPING:
+                        if self.answering:  # not when the stop came just after the answer's last frame
+                            with contextlib.suppress(Exception):  # the socket may be gone already
+                                await self.send_json({"type": "error", "code": "server_stopping",
+                                                      "retry_after": BUSY_RETRY_AFTER,
+                                                      "message": "The server is restarting; ask again in a moment."})
+                        return
+                    if event["type"] in ("final", "error"):
+                        self.answering = False  # the page may ask its next question once it has this frame
+                    if not cancel.is_set():
+                        await self.send_json(event)
         finally:
             self.answering = False
 

@@ -10,8 +10,10 @@ and counts against the client's limits (cgrag/limits.py) before the view runs.
 
 `sse_response(events)` streams a blocking iterator of (event, data) pairs: it runs in a thread of its own and
 hands each event to the loop, so Django streams it as written (Django reads a synchronous iterator whole
-under ASGI), and a client that disconnects sets the cancel flag the iterator polls. A stream waits for its
-thread as a request waits for capacity, and says so in SSE frames when none comes (seed 004).
+under ASGI), and a client that disconnects sets the cancel flag the iterator polls and hangs up on the model. A
+stream waits for its thread as a request waits for capacity, and says so in SSE frames when none comes (seed 004).
+Every stream ends with `final`, after an `error` when it did not end well: no thread came, the answer ran past its
+deadline, or the server is stopping (SIGTERM: `server_stopping`, and the model is hung up on; rag.streams).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import aclosing
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse, StreamingHttpResponse
@@ -36,7 +39,8 @@ from rag.clients import request_address
 from rag.errors import ServiceError
 from rag.limits import Client
 from rag.services.records import new_request_id
-from rag.streams import DEADLINE_PASSED, Slot, answer_streams, relay
+from rag.streams import (BUSY_RETRY_AFTER, DEADLINE_PASSED, SERVER_STOPPING, AnswerStreams, Slot, answer_streams,
+                         relay)
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +55,22 @@ def request_id_of(request: HttpRequest) -> str:
     """The caller's X-Request-ID when valid, else a new `req_…` id."""
     given = request.headers.get(HEADER, "")
     return given if REQUEST_ID_RE.fullmatch(given) else new_request_id()
+
+
+class ServerStopping(ServiceError):
+    """503 `server_stopping`: this server is stopping (SIGTERM); ask again in `details.retry_after` seconds, when
+    another process or the restarted one answers."""
+
+    status = 503
+
+    def __init__(self) -> None:
+        super().__init__("server_stopping", "服务正在重启，请稍后重试。", headers={"Retry-After": str(BUSY_RETRY_AFTER)})
+        self.details = {"retry_after": BUSY_RETRY_AFTER}
+        self.category = "availability"
+        self.retryable = True
+
+
+ANSWER_DEADLINE = ServiceError("answer_deadline", "The answer took too long and was stopped.", status=504)
 
 
 def error_body(request_id: str, error: ServiceError | InvalidRequest) -> dict:
@@ -164,12 +184,12 @@ def sse_frame(event: str, data: dict) -> bytes:
 WAIT_PAUSES = (0.005, 0.05)  # first and longest pause between tries for an answer thread, as rag.capacity polls
 
 
-async def _answer_slot(streams, wait_timeout: float) -> Slot | None:
-    """An answer thread within `wait_timeout` seconds, or None; polled, because the pool's slots are a semaphore
-    of threads and this waits on the event loop."""
+async def _answer_slot(streams: AnswerStreams, wait_timeout: float) -> Slot | None:
+    """An answer thread within `wait_timeout` seconds, or None (also as soon as the server is stopping); polled,
+    because the pool's slots are a semaphore of threads and this waits on the event loop."""
     deadline = time.monotonic() + wait_timeout
     pause = WAIT_PAUSES[0]
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and not streams.stopping:
         await asyncio.sleep(min(pause, max(0.0, deadline - time.monotonic())))
         slot = streams.reserve()
         if slot is not None:
@@ -181,8 +201,9 @@ async def _answer_slot(streams, wait_timeout: float) -> Slot | None:
 def sse_response(request_id: str, produce: Callable[[Callable[[], bool]], Iterator[tuple[str, dict]]],
                  final_of: Callable[[dict], dict] | None = None) -> StreamingHttpResponse:
     """Stream `produce(cancelled)`'s (event, data) pairs as SSE frames. `produce` runs on an answer thread
-    (rag.streams: it may block on the model); `cancelled()` turns true when the client has gone or the answer's
-    deadline passed (then a last `error` frame says `answer_deadline`).
+    (rag.streams: it may block on the model); `cancelled()` turns true when the client has gone, the answer's
+    deadline passed or the server is stopping (then the stream ends with an `error` frame, `answer_deadline` or
+    `server_stopping`, and the route's `final_of(error)`).
 
     With every answer thread taken the stream waits for one as any request waits for capacity (RAG_CAPACITY's
     WAIT_TIMEOUT); one that still gets none ends, with HTTP 200 as seed 004 says, with an `error` frame of 429
@@ -195,6 +216,11 @@ def sse_response(request_id: str, produce: Callable[[Callable[[], bool]], Iterat
         log.error("CG_RAG stream %s failed", request_id, exc_info=exc)
         return sse_frame("error", {**error_body(request_id, error_of(Exception()))["error"], "request_id": request_id})
 
+    def last_frames(failure: ServiceError) -> list[bytes]:
+        error = error_body(request_id, failure)["error"]
+        return [sse_frame("error", {**error, "request_id": request_id}),
+                *([sse_frame("final", final_of(error))] if final_of is not None else [])]
+
     async def frames():
         nonlocal slot
         try:
@@ -202,19 +228,22 @@ def sse_response(request_id: str, produce: Callable[[Callable[[], bool]], Iterat
                 wait = float(settings.RAG_CAPACITY["WAIT_TIMEOUT"])
                 slot = await _answer_slot(streams, wait)
                 if slot is None:
-                    refusal = CapacityExceeded(resource="answer_streams", max=streams.threads, wait_timeout=wait)
-                    error = error_body(request_id, refusal)["error"]
-                    yield sse_frame("error", {**error, "request_id": request_id})
-                    if final_of is not None:
-                        yield sse_frame("final", final_of(error))
+                    refusal = (ServerStopping() if streams.stopping else
+                               CapacityExceeded(resource="answer_streams", max=streams.threads, wait_timeout=wait))
+                    for frame in last_frames(refusal):
+                        yield frame
                     return
             frames_of = lambda cancelled: (sse_frame(event, data) for event, data in produce(cancelled))  # noqa: E731
-            async for item in relay(slot, frames_of, cancel=gone, on_error=failed):
-                if item is DEADLINE_PASSED:
-                    error = ServiceError("answer_deadline", "The answer took too long and was stopped.", status=504)
-                    yield sse_frame("error", {**error_body(request_id, error)["error"], "request_id": request_id})
-                    return
-                yield item
+            finished = False  # the producer's own `final` has gone out
+            async with aclosing(relay(slot, frames_of, cancel=gone, on_error=failed)) as items:
+                async for item in items:
+                    if item is DEADLINE_PASSED or item is SERVER_STOPPING:
+                        if not finished:
+                            for frame in last_frames(ANSWER_DEADLINE if item is DEADLINE_PASSED else ServerStopping()):
+                                yield frame
+                        return
+                    finished = item.startswith(b"event: final\n")
+                    yield item
         finally:
             gone.set()  # a disconnect cancels this generator: the producer stops at its next check
             if slot is not None:

@@ -163,6 +163,7 @@ def rag_stream(request: HttpRequest, request_id: str):
     body = parse(RagInput, request.body)
     spender = Spender.of_request(request)
     question, item, topk, max_items = _rag_request(body, request_id, "rag/stream", spender)
+    sent = {"retrieval": {}}  # the retrieval once sent, also for a final the face writes (deadline, server stopping)
 
     def events(cancelled) -> Iterator[tuple[str, dict]]:
         tag = {"request_id": request_id}
@@ -172,7 +173,7 @@ def rag_stream(request: HttpRequest, request_id: str):
             for event in question_choose_stream(question, max_items=max_items, thinking=body.generation_enable_thinking,
                                                 token_delay=_config()["STREAM_TOKEN_DELAY"], cancelled=cancelled):
                 if isinstance(event, RetrievalEvent):
-                    retrieval = retrieval_of(event.search, item, topk)
+                    retrieval = sent["retrieval"] = retrieval_of(event.search, item, topk)
                     yield "progress", {"stage": "retrieval", "label": "检索完成", "status": "done", **tag}
                     yield "retrieval", {**retrieval, **tag}
                 elif isinstance(event, GenerationEvent):
@@ -191,7 +192,8 @@ def rag_stream(request: HttpRequest, request_id: str):
             yield "error", {**error, **tag}
             yield "final", _failed_final(body.query, retrieval, error, request_id)
 
-    return sse_response(request_id, events, lambda error: _failed_final(body.query, {}, error, request_id))
+    return sse_response(request_id, events,
+                        lambda error: _failed_final(body.query, sent["retrieval"], error, request_id))
 
 
 @route("POST", limit="search")

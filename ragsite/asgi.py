@@ -59,6 +59,7 @@ from apikeys.mcp.http import McpHttpApp, is_mcp_path  # noqa: E402  (needs the a
 from assistant.routing import websocket_urlpatterns  # noqa: E402
 
 from rag.pipeline import start_warm_up  # noqa: E402
+from rag.streams import stop_streams_when_cancelled  # noqa: E402
 
 mcp_application = McpHttpApp()
 start_warm_up()  # the model loads now, not on the first question (RAG_WARM_UP)
@@ -71,8 +72,9 @@ async def http_application(scope, receive, send):
         await django_application(scope, receive, send)
 
 
-application = ProtocolTypeRouter({
+# A cancelled application (Daphne cancels them all on SIGTERM) first ends its streamed answers (rag.streams).
+application = stop_streams_when_cancelled(ProtocolTypeRouter({
     "http": http_application,
     "websocket": AllowedHostsOriginValidator(URLRouter(websocket_urlpatterns)),
     "lifespan": mcp_application.lifespan,  # sent by uvicorn and hypercorn; Daphne sends none (see McpHttpApp)
-})
+}))

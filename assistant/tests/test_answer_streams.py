@@ -122,3 +122,32 @@ async def test_an_answer_past_its_deadline_ends_with_an_error_frame_and_is_recor
     await communicator.disconnect()
     assert events[-1]["code"] == "answer_deadline" and took < 5
     assert record is not None and record.outcome == RequestRecord.Outcome.CANCELLED
+
+
+async def test_a_stopping_server_ends_an_answer_with_a_server_stopping_frame_and_hangs_up_on_a_stalled_model(
+        dripping_model):
+    from rag.streams import answer_streams, stopped
+
+    dripping_model.replies.insert(0, ("stall", LONG_ANSWER))
+    communicator = WebsocketCommunicator(ChatConsumer.as_asgi(), "/ws/chat")
+    await communicator.connect()
+    await communicator.send_json_to({"question": QUESTION, "kb": "sdk"})
+    events = [await communicator.receive_json_from(timeout=30)]
+    while events[-1]["type"] != "token":
+        events.append(await communicator.receive_json_from(timeout=30))
+    assert await asyncio.to_thread(dripping_model.stalled.wait, 30)
+
+    await stopped(answer_streams().stop())
+    last = await communicator.receive_json_from(timeout=30)
+    hung_up = await asyncio.to_thread(dripping_model.closed.wait, 30)
+    request_id = next(e["request_id"] for e in events if e["type"] == "plan")
+    record = None
+    for _ in range(300):  # recorded as the answer's thread ends, which `stopped` waited for (up to SHUTDOWN_WAIT)
+        record = await RequestRecord.objects.filter(request_id=request_id).afirst()
+        if record is not None:
+            break
+        await asyncio.sleep(0.1)
+    await communicator.disconnect()
+
+    assert (last["type"], last["code"], last["retry_after"]) == ("error", "server_stopping", 5)
+    assert hung_up and record is not None and record.outcome == RequestRecord.Outcome.CANCELLED
