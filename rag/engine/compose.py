@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from .types import Answer, Citation, Hit, Plan
 
@@ -215,6 +216,7 @@ def sentence_scores(question_tokens: list[str], sentences: list[list[str]], *, k
     return scores
 
 
+HOWTO_CODE = 1.2  # a how-to answer that shows what to run or call outweighs one that only describes
 SUBJECTLESS_CHARS = 24  # a value sentence shorter than this ("Default is true.") leans on the one before
 
 
@@ -297,6 +299,19 @@ def is_setter_of(member: str, other: str) -> bool:
     return bool(member) and member != other and member == setter_of(other)
 
 
+@lru_cache(maxsize=8192)
+def _stems(text: str) -> tuple[str, ...]:
+    from .text import tokenize
+
+    return tuple(tokenize(text, stem=True))
+
+
+def stems(text: str) -> list[str]:
+    """The text's BM25 tokens, stemmed (rag.engine.text.tokenize); a section's sentences are read again for every
+    question that cites them, so the last few thousand are kept."""
+    return list(_stems(text))
+
+
 def words_of(tokens: list[str]) -> list[str]:
     """The tokens that are words: not the `_` a snake_case name is split at."""
     return [t for t in tokens if t.strip("_")]
@@ -337,9 +352,8 @@ class Composer:
             text = "\n\n".join((*prefix, self.refusal(hits, chinese)))
             return Answer(text=text.strip(), citations=(), confidence="none", mode="extractive", reason="not_covered")
         intent = read_intent(question)
-        from .text import tokenize
 
-        tokens = words_of(tokenize(question, stem=True))
+        tokens = words_of(stems(question))
         focus = self.focus(question, plan, hits, intent, tokens)
         parts = list(prefix)
         has_code = False
@@ -397,16 +411,21 @@ class Composer:
             add(next((p for p, h in enumerate(hits[:self.window])
                       if h.chunk.member and h.chunk.member in written and h.chunk.member != h.chunk.class_name), None))
         if not chosen and hits:
-            add(self.best_covering(tokens, hits[:self.window]))
+            # A pasted error's words are the error's, seldom the docs': its evidence keeps the search's order.
+            add(0 if plan.pasted_error else self.best_covering(tokens, hits[:self.window], intent))
         for name in plan.classes[1:] if len(plan.classes) > 1 else ():
             if not any(hits[p].chunk.class_name == name for p in chosen):
                 add(next((p for p, h in enumerate(hits) if h.chunk.class_name == name), None))
         if not plan.members:
             # No member named: the answer may take several members ("the defaults of the dash and the gap"), so
-            # each member section among the first hits that shares the question's words is answered in full.
+            # each member section among the first hits that shares the question's words is answered in full, the
+            # one whose sentences cover most of the question first.
             for position, hit in enumerate(hits[:self.window + 1]):
                 if hit.chunk.member and hit.source != "structure" and self.related(tokens, hit.chunk):
                     add(position)
+            if not plan.pasted_error:
+                scores = dict(zip(chosen, self.covering_scores(tokens, [hits[p] for p in chosen], intent)))
+                chosen[:] = sorted(chosen, key=lambda p: -scores[p])
         if intent.change and not intent.read:
             # A getter gives way to its setter; a property keeps its place (its value) and its setter follows.
             swapped: list[int] = []
@@ -426,26 +445,40 @@ class Composer:
                 answered.add(chunk.class_name)
         return list(dict.fromkeys(chosen))
 
-    @staticmethod
-    def best_covering(tokens: list[str], hits: list[Hit]) -> int:
-        """The hit whose section (heading and text) holds the most of the question's words, each weighted by how
-        rare it is among these hits (as BM25's idf); the earlier on a tie. "field of view" leads with the section
-        that says "field of view", not with one whose member happens to be called `view`."""
-        from .text import tokenize
+    def covering_scores(self, tokens: list[str], hits: list[Hit], intent: Intent = Intent()) -> list[float]:
+        """How much of the question each hit's answering sentences cover: the question's words in its best
+        `max_sentences` covering sentences (and its heading), each weighted by how rare it is among these hits (as
+        BM25's idf). A long section with the words spread over many sentences scores by the sentences it would
+        be quoted with, not by its whole text. For a how-to question, a section that shows what to run or call (a
+        code example, or `inline code` in those sentences) counts `HOWTO_CODE` times as much."""
 
-        sections = [set(words_of(tokenize(f"{h.chunk.member}\n{h.chunk.text}", stem=True))) for h in hits]
+        sections, shows = [], []
+        for hit in hits:
+            section = read_section(hit.chunk)
+            texts = section.sentences
+            sentences = [words_of(stems(s)) for s in texts]
+            chosen = covering(tokens, sentences, self.max_sentences)
+            words = set(words_of(stems(hit.chunk.member)))
+            sections.append(words.union(*(sentences[i] for i in chosen)))
+            shows.append(intent.howto and (bool(section.code) or any("`" in texts[i] for i in chosen)))
         n = len(sections)
         weight = {t: math.log(1 + (n - f + 0.5) / (f + 0.5))
                   for t in set(tokens) if (f := sum(t in s for s in sections))}
-        scores = [sum(weight.get(t, 0.0) for t in section & set(tokens)) for section in sections]
-        return max(range(n), key=lambda i: (scores[i], -i)) if n else 0
+        return [sum(weight.get(t, 0.0) for t in section & set(tokens)) * (HOWTO_CODE if show else 1.0)
+                for section, show in zip(sections, shows)]
+
+    def best_covering(self, tokens: list[str], hits: list[Hit], intent: Intent = Intent()) -> int:
+        """The hit whose answering sentences cover the most of the question (`covering_scores`), the earlier on a
+        tie: "field of view" leads with the section that says "field of view", not with one whose member happens
+        to be called `view`."""
+        scores = self.covering_scores(tokens, hits, intent)
+        return max(range(len(hits)), key=lambda i: (scores[i], -i)) if hits else 0
 
     @staticmethod
     def related(tokens: list[str], chunk) -> bool:
         """Whether a section shares a word with the question (its heading included)."""
-        from .text import tokenize
 
-        return bool(set(tokens) & set(words_of(tokenize(f"{chunk.member}\n{chunk.text}", stem=True))))
+        return bool(set(tokens) & set(words_of(stems(f"{chunk.member}\n{chunk.text}"))))
 
     @staticmethod
     def setter_position(hits: list[Hit], position: int) -> int:
@@ -465,14 +498,13 @@ class Composer:
         words (each adds words the ones before did not cover), its values ("Default is") and the follow-ups it requires ("you will have
         to call …"), and for a yes-or-no or a why what it rules out; in the section's order. A value sentence
         too short to name its subject ("默认为 false。") keeps the sentence before it."""
-        from .text import tokenize
 
         sentences = list(section.sentences)
         if not sentences:
             return []
         if len(sentences) <= self.max_facts and sum(map(len, sentences)) <= self.whole_chars:
             return sentences  # a short section is its own best answer, whole
-        tokenized = [tokenize(s, stem=True) for s in sentences]
+        tokenized = [stems(s) for s in sentences]
         scores = sentence_scores(tokens, tokenized)
         best = covering(tokens, tokenized, self.max_sentences) or [0]
         is_property = not section.callable
@@ -542,12 +574,11 @@ class Composer:
     def quote(self, tokens: list[str], intent: Intent, hit: Hit, position: int) -> str:
         """One line for a supporting section: its best sentence by the question's words, and its value sentence
         when the question asks for a value; nothing when it shares no word with the question."""
-        from .text import tokenize
 
         section = read_section(hit.chunk)
         if not section.sentences:
             return ""
-        scores = sentence_scores(tokens, [tokenize(s, stem=True) for s in section.sentences])
+        scores = sentence_scores(tokens, [stems(s) for s in section.sentences])
         best = max(range(len(scores)), key=lambda i: (scores[i], -i))
         if scores[best] <= 0:
             return ""  # a quote sharing no word with the question supports nothing

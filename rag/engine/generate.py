@@ -126,6 +126,7 @@ class EvidenceSignals:
     named_lead: bool  # the first hit is from a named class
     named_found: bool  # every named class has a chunk among the first `CONFIDENCE_WINDOW` hits
     members_asked: bool  # the planner found a member name in the question
+    pasted_error: bool  # the question pastes an error or traceback line
     member_found: bool  # a first-window hit is a named member's own section (of a named class when one is)
     words: int  # the question's distinct words (stemmed, 2+ characters), rag.engine.text.tokenize
     coverage: float  # the part of those words the first hit contains
@@ -164,6 +165,7 @@ def evidence_signals(plan: Plan, hits: list[Hit]) -> EvidenceSignals:
         named_lead=bool(hits) and lead in classes,
         named_found=bool(classes) and classes <= {h.chunk.class_name for h in window},
         members_asked=bool(members),
+        pasted_error=plan.pasted_error,
         member_found=any(h.chunk.member in members and (not classes or h.chunk.class_name in classes) for h in window),
         words=len(words),
         coverage=len(words & found) / len(words) if words else 0.0,
@@ -192,12 +194,13 @@ def confidence_level(signals: EvidenceSignals) -> str:
 
 def covers(signals: EvidenceSignals) -> bool:
     """Whether the evidence answers the question at all: the question names a class or member of the
-    documentation, or the first hit holds at least `COVERAGE_MEDIUM` of its words (a class called by a Chinese
-    alias does not count: common words such as 场景 are aliases too). When it does not, the
+    documentation, or pastes an error (whose words seldom appear in the documentation that explains it), or the
+    first hit holds at least `COVERAGE_MEDIUM` of its words (a class called by a Chinese alias does not count:
+    common words such as 场景 are aliases too). When it does not, the
     extractive answer says the documentation does not cover the question (rag.engine.compose)."""
     if signals.hits == 0:
         return False
-    return signals.named or signals.members_asked or signals.coverage >= COVERAGE_MEDIUM
+    return signals.named or signals.members_asked or signals.pasted_error or signals.coverage >= COVERAGE_MEDIUM
 
 
 def evidence_confidence(plan: Plan, hits: list[Hit]) -> str:

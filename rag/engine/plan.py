@@ -110,6 +110,7 @@ class Planner:
             "(?<![a-z0-9])(" + "|".join(re.escape(p) for p in ordered) + ")(?![a-z0-9])") if ordered else None
 
     def run(self, question: str) -> Plan:
+        asked = question  # as written, lines and all
         pasted = pasted_error_names(question)
         question = " ".join(question.split())
         if is_smalltalk(question):
@@ -231,6 +232,7 @@ class Planner:
             unknown_identifiers=tuple(unknown),
             inherited=tuple(inherited),
             reason=reason,
+            pasted_error=ERROR_RE.search(asked) is not None,
         )
 
     def _class_of(self, token: str) -> str | None:

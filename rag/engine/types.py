@@ -69,6 +69,7 @@ class Plan:
     unknown_identifiers: tuple[str, ...] = ()
     inherited: tuple[tuple[str, str], ...] = ()  # (member, the ancestor class whose page documents it)
     reason: str = ""
+    pasted_error: bool = False  # the question pastes an error or traceback line (rag.engine.plan.ERROR_RE)
 
     def as_dict(self) -> dict:
         return {
@@ -82,6 +83,7 @@ class Plan:
             "unknown_identifiers": list(self.unknown_identifiers),
             "inherited": [{"member": m, "documented_on": c} for m, c in self.inherited],
             "reason": self.reason,
+            "pasted_error": self.pasted_error,
         }
 
 

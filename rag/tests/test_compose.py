@@ -176,3 +176,23 @@ def test_the_composer_never_cites_a_section_it_does_not_quote():
 
     quoted = {int(n) for n in re.findall(r"\[(\d+)\]", result.text)}
     assert quoted == {c.number for c in result.citations}
+
+
+def test_a_pasted_error_is_answered_from_the_searchs_order_not_refused():
+    question = "lens.Exception: RefreshError: projection is stale"
+    stale = hit("Lens", "refreshProjection", "### .refreshProjection () : undefined\n\n"
+                "Recomputes the view matrix after a change.", group="Methods")  # shares no word with the error
+    result = ExtractiveGenerator().run(question, Plan(question=question, corrected_question=question, kind="doc",
+                                                      pasted_error=True), [stale, LENS_DEPTH])
+
+    assert result.reason != "not_covered" and result.text.startswith("**Lens.refreshProjection**")
+
+
+def test_a_how_to_answer_leads_with_the_section_that_shows_what_to_run():
+    describes = hit("Keys", "key_format", "### key_format\n\nA test issues a key for the service and checks it.")
+    shows = hit("Cli", "key_command", "### key_command\n\n`tool key create` issues a key for the service.")
+    question = "How do I issue a key for the service?"
+
+    result = answer(question, [describes, shows])
+
+    assert result.text.startswith("**Cli.key_command**")

@@ -1,5 +1,6 @@
 """The shipped docs answer their own examples (issue 12): every example question in README.md and docs/ has the
-section that answers it in the top 3 on the docs knowledge base.
+section that answers it in the top 3 on the docs knowledge base, and its answer without a model, when given
+with medium or high confidence, leads with such a section (issue 29).
 
 Examples are found in the files, so a new one is tested automatically: the question argument of a `rag search`,
 `rag context` or `rag ask` command, each line of a `printf '…' | … rag search -`, the value of a `"question"`
@@ -18,6 +19,7 @@ import pytest
 from conftest import make_store
 from rag.engine.chunk import chunk_documents
 from rag.engine.embed import QueryVectorCache
+from rag.engine.generate import ExtractiveGenerator, answer_without_model
 from rag.engine.index import VersionReader
 from rag.engine.ingest import read_folder
 from rag.engine.plan import Planner
@@ -151,3 +153,13 @@ def test_the_docs_answer_their_own_example(docs_searcher, question):
         return
     top = [f"{h.chunk.source}:{h.chunk.member}" for h in result.hits[:3]]
     assert any(answers(h, expected) for h in result.hits[:3]), f"{question!r}: top 3 were {top}"
+    # The answer without a model (issue 29): one given with medium or high confidence leads with a section that
+    # answers, and cites nothing it does not quote.
+    hits = list(result.hits)
+    answer = answer_without_model(result.plan, hits, weak_evidence=result.weak_evidence) or ExtractiveGenerator().run(
+        result.plan.corrected_question, result.plan, hits)
+    if answer.confidence in ("medium", "high"):
+        lead = next(h for h in hits if h.chunk.chunk_id == answer.citations[0].chunk_id)
+        assert answers(lead, expected), f"{question!r}: answered ({answer.confidence}) from {lead.chunk.source}:" \
+                                        f"{lead.chunk.member}"
+    assert [c.number for c in answer.citations] == list(range(1, len(answer.citations) + 1))

@@ -356,7 +356,7 @@ def test_a_bracketed_number_in_quoted_documentation_is_not_a_citation():
 
 def signals(**fields) -> EvidenceSignals:
     base = dict(hits=5, named=False, named_lead=False, named_found=False, members_asked=False, member_found=False,
-                words=6, coverage=0.0, cosine=0.9, lead_share=0.5, margin=0.1)
+                pasted_error=False, words=6, coverage=0.0, cosine=0.9, lead_share=0.5, margin=0.1)
     return EvidenceSignals(**{**base, **fields})
 
 

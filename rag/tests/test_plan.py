@@ -193,7 +193,7 @@ def test_an_unknown_api_name_alone_is_out_of_catalog(planner):
 def test_a_class_like_name_in_a_pasted_error_is_the_errors_not_an_unknown_api(planner, question):
     plan = planner.run(question)
 
-    assert (plan.kind, plan.unknown_identifiers) == ("doc", ())
+    assert (plan.kind, plan.unknown_identifiers, plan.pasted_error) == ("doc", (), True)
 
 
 def test_an_unknown_api_asked_about_beside_a_pasted_error_is_still_out_of_catalog(planner):
@@ -215,7 +215,7 @@ def test_an_unknown_api_name_next_to_a_catalog_class_stays_a_doc_question(planne
 def test_a_capitalised_ordinary_word_opening_an_english_question_is_not_an_unknown_api(planner, question):
     plan = planner.run(question)
 
-    assert (plan.kind, plan.unknown_identifiers) == ("doc", ())
+    assert (plan.kind, plan.unknown_identifiers, plan.pasted_error) == ("doc", (), False)
 
 
 def test_a_question_without_identifiers_is_a_doc_question(planner):
@@ -285,6 +285,7 @@ def test_a_plan_serialises_to_plain_lists(planner):
         "unknown_identifiers": [],
         "inherited": [],
         "reason": "",
+        "pasted_error": False,
     }
 
 
