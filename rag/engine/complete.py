@@ -5,6 +5,8 @@ After adoption, `Completer.run(reader, plan, hits, tokens)` appends (at most `ma
 hits, marked `source="structure"`):
 - the note of a leading member's group: the text under `## Properties` before its first member, when it
   requires something of the reader ("after changing these properties you have to call …");
+- the first code example of the leading class when the question asks for an example or how to do something and
+  the evidence has none of that class;
 - the setter of a leading getter or property (`getPixelRatio`, `pixelRatio` → `setPixelRatio`) when the
   question wants to change something;
 - the section of a typed property's class that the question's words point at: `.shadow : DirectionalLightShadow`
@@ -55,6 +57,13 @@ class Completer:
                 group = reader.group_position(chunk.source, chunk.heading_path[:2])
                 if group is not None and group_requires(reader.chunks[group], chunk):
                     add(group)
+        if intent.code or intent.howto:
+            # An example asked for, or how to do something: the first code example of the leading class, when the
+            # evidence has none of it.
+            lead = window[0].class_name
+            if not any("```" in h.chunk.text for h in hits if h.chunk.class_name == lead):
+                add(next((int(p) for p in np.flatnonzero(reader.class_mask(lead)) if "```" in reader.chunks[p].text),
+                         None))
         if intent.change and not intent.read:
             for chunk in window:
                 if chunk.member and not chunk.member.startswith("set"):

@@ -98,6 +98,13 @@ Width and height of the halo texture in pixels; larger values give a sharper hal
 ### .blur : Float
 
 How soft the halo edge is. Default is **1**.
+
+## Code Example
+
+```js
+const halo = new Halo();
+halo.blur = 2;
+```
 """,
 }
 
@@ -161,3 +168,16 @@ def test_the_answer_gives_the_follow_up_and_the_followed_member(reader, real_emb
     assert "Default is **1.5**" in zoom_answer.text and "call .refreshProjection" in zoom_answer.text
     halo_answer = ExtractiveGenerator().run(halo.plan.corrected_question, halo.plan, list(halo.hits))
     assert "**Halo.textureSize**" in halo_answer.text and "256" in halo_answer.text
+
+
+def test_the_leading_classs_code_example_is_added_when_the_question_asks_for_one(reader):
+    _, hits = complete(reader, "Give me a code example for Sprite opacity", hit_of(reader, "Sprite", "setOpacity"))
+
+    assert [h.source for h in hits] == ["rrf"]  # the Sprite page has no code: nothing to add
+
+
+def test_a_code_example_is_added_from_the_leading_class(reader):
+    _, hits = complete(reader, "Show an example of a Halo blur", hit_of(reader, "Halo", "blur"))
+
+    added = [h for h in hits if h.source == STRUCTURE]
+    assert len(added) == 1 and added[0].chunk.class_name == "Halo" and "```" in added[0].chunk.text
