@@ -6,7 +6,8 @@ the seed's envelope `{request_id, error: {code, message, details}}`: 400 `invali
 error items, the question service's ServiceError with its status (429 `capacity.exceeded` adds `category`
 and `retryable`), and anything unexpected 500 `service_error` with nothing of the exception in the body.
 A POST must declare a JSON body (415 `unsupported_media_type`), brings a key when RAG_CGRAG_REQUIRE_KEY is on,
-and counts against the client's limits (cgrag/limits.py) before the view runs.
+and counts against the client's limits (cgrag/limits.py) before the view runs; a reply of 503 `index_building`
+gives those counts back.
 
 `sse_response(events)` streams a blocking iterator of (event, data) pairs: it runs in a thread of its own and
 hands each event to the loop, so Django streams it as written (Django reads a synchronous iterator whole
@@ -155,6 +156,9 @@ def route(*methods: str, limit: str | None = None):
             except InvalidRequest as exc:
                 return json_response(request_id, error_body(request_id, exc), 400)
             except ServiceError as exc:
+                spender = getattr(request, "cgrag_spender", None)
+                if spender is not None:
+                    spender.give_back(exc)
                 return json_response(request_id, error_body(request_id, exc), exc.status, exc.headers)
             except Exception:
                 log.exception("CG_RAG %s %s failed (request %s)", request.method, request.path, request_id)

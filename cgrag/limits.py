@@ -3,11 +3,13 @@ budget of its model calls.
 
 Every CG_RAG POST route and /retrieve count against the client's limit of their kind (rag/limits.py, a client
 is its address and session): `cgrag_search` for retrieve-rerank and /retrieve (each query of a batch counts),
-`cgrag_generate` for the routes that call a model. With settings.RAG_CGRAG_REQUIRE_KEY on, a call needs
-`Authorization: Bearer <key>`, counts against the key's rate and daily quota, and its model tokens are added to
-the key's usage. Without a key, a model call first reserves RAG_CGRAG_TOKEN_ESTIMATE tokens of the client's
-share of the day's RAG_CGRAG_TOKEN_POOL (429 `client_token_share_exhausted`; 503 `limits_unavailable` while the
-limits cannot be counted), and settles what the model really spent.
+`cgrag_generate` for the routes that call a model. A request answered 503 `index_building` (the first index is
+still being built), also as a stream's `error` event, counts against none of them: its counts are given back, as
+on the web faces. With settings.RAG_CGRAG_REQUIRE_KEY on, a call needs `Authorization: Bearer <key>`, counts
+against the key's rate and daily quota, and its model tokens are added to the key's usage. Without a key, a
+model call first reserves RAG_CGRAG_TOKEN_ESTIMATE tokens of the client's share of the day's RAG_CGRAG_TOKEN_POOL
+(429 `client_token_share_exhausted`; 503 `limits_unavailable` while the limits cannot be counted), and settles
+what the model really spent.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from django.utils import timezone
 
 from rag.capacity import capacity_limiter
 from rag.services.questions import Usage  # the engine's type, as the question service hands it over
-from rag.limits import Client, TokenShare, rate_limit, token_share_reserve
+from rag.limits import Client, TokenShare, WindowHit, not_counted, rate_hit, token_share_reserve, window_give_back
 
 KEY_TOOL = "cgrag"  # the key's usage rows of this face
 
@@ -35,6 +37,7 @@ class Spender:
         self.share: TokenShare | None = None
         self.estimate = 0
         self.headers: dict[str, str] = {}  # the key's RateLimit-* headers
+        self.hits: list[WindowHit] = []  # this request's counts in the client's limits, for `give_back`
 
     @classmethod
     def of_request(cls, request: HttpRequest) -> Spender:
@@ -44,7 +47,15 @@ class Spender:
     def count(self, scope: str, calls: int = 1) -> None:
         """Count `calls` requests of this client in `scope`, or raise 429 `rate_limited` at the first over it."""
         for _ in range(calls):
-            rate_limit(scope, self.client)
+            self.hits.append(rate_hit(scope, self.client))
+
+    def give_back(self, error: BaseException) -> None:
+        """The request ended in `error`: when that is not the client's doing (503 `index_building`), give back its
+        counts in the client's limits."""
+        if not_counted(error):
+            hits, self.hits = self.hits, []
+            for hit in hits:
+                window_give_back(hit)
 
     def reserve(self) -> None:
         """Reserve a model call's expected tokens (once per request); a keyed call is billed to its key instead."""

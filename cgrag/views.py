@@ -188,6 +188,7 @@ def rag_stream(request: HttpRequest, request_id: str):
                     yield "progress", {"stage": "generation", "label": "生成完成", "status": "done", **tag}
                     yield "final", {"query": body.query, "retrieval": retrieval, "generation": generation, **tag}
         except Exception as exc:  # noqa: BLE001 - after the headers, every failure is an error then a final frame
+            spender.give_back(exc)
             error = error_body(request_id, error_of(exc))["error"]
             yield "error", {**error, **tag}
             yield "final", _failed_final(body.query, retrieval, error, request_id)

@@ -127,6 +127,7 @@ def _stream(request_id: str, events, mode: str, shape, spender: Spender) -> Iter
     except Exception as exc:  # noqa: BLE001 - after the headers, every failure is an error then a final frame
         if isinstance(exc, ServiceError) and exc.code == "vision_upstream_error":
             spender.settle(None, answered=False)
+        spender.give_back(exc)
         error = error_body(request_id, error_of(exc))["error"]
         yield "error", {**error, **tag}
         yield "final", failed_of(mode, request_id, error)

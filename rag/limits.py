@@ -5,7 +5,7 @@ counted under the address, always, so a client cannot escape it by dropping its 
 well, so one session that moves between addresses is still one client. Counters live in the Django cache (Redis
 in production), keyed by scope and client: requests in a moving window of a minute (a log of when each admitted
 request came, so a burst across a minute's end is still the limit, not twice it; a refused request is not
-logged), sockets as a gauge, tokens per local day.
+logged, and one answered 503 `index_building` is taken back), sockets as a gauge, tokens per local day.
 
 Every count is one atomic step that decides from the count it got (issue 28): a Lua script on Redis
 (rag/redis_cache.py); on any other cache a read and a write under a lock, a file lock beside the file cache's
@@ -254,7 +254,15 @@ def window_give_back(hit: WindowHit) -> None:
         _local.window_forget(hit.keys, hit.member, hit.window)
 
 
-def _admit(scope: str, client: Client) -> WindowHit:
+def not_counted(error: BaseException) -> bool:
+    """Whether a request that ended in `error` counts against no limit: a refusal that is the service's state, not
+    the client's doing (NOT_COUNTED)."""
+    return isinstance(error, ServiceError) and error.code in NOT_COUNTED
+
+
+def rate_hit(scope: str, client: Client) -> WindowHit:
+    """`rate_limit`, returning the admitted request, for `window_give_back` when it ends in a refusal that
+    `not_counted` (a face that learns how a request ended only after it returned, as a stream does)."""
     limit = settings.RAG_WEB_LIMITS[RATES[scope]]
     hit = window_hit([f"limits:{scope}:{key}" for key in client.keys()], limit=limit)
     if not hit.admitted:
@@ -268,18 +276,18 @@ def rate_limit(scope: str, client: Client) -> None:
     """Count one request of `client` in `scope` ("search", "chat", "ws_connect", "ws_message", "cgrag_search",
     "cgrag_generate"), or raise 429 `rate_limited` with Retry-After (seconds until the oldest request in the
     minute leaves it) when it has the scope's limit of requests in the last minute already."""
-    _admit(scope, client)
+    rate_hit(scope, client)
 
 
 @contextlib.contextmanager
 def rate_limited(scope: str, client: Client):
     """`rate_limit` around a block; a block that ends in a refusal that is not the client's doing (NOT_COUNTED:
     503 `index_building`) gives the request back."""
-    hit = _admit(scope, client)
+    hit = rate_hit(scope, client)
     try:
         yield
     except ServiceError as exc:
-        if exc.code in NOT_COUNTED:
+        if not_counted(exc):
             window_give_back(hit)
         raise
 

@@ -4,7 +4,7 @@ retrieval cache, scope state, capacity counters and per-client limits for each t
 import pytest
 
 from rag.pipeline import reset_engine
-from rag.tests.conftest import make_built_kb
+from rag.tests.conftest import make_built_kb, make_kb
 
 
 @pytest.fixture(autouse=True)
@@ -33,6 +33,30 @@ def sdk_kb(db, corpus_copy):
     kb = make_built_kb(corpus_copy)
     yield kb
     reset_engine()
+
+
+@pytest.fixture
+def building_kb(db, corpus_copy):
+    """The knowledge base `sdk` during its first build, as rag.services.knowledge.index_build_queue leaves it until
+    the worker runs: a version building and none active, so every question to it is 503 `index_building`.
+    `finish_build(kb)` runs the build and activates it. (Made here rather than queued: in a test with
+    transaction=True a queued build would run at once.)"""
+    from rag.models import IndexVersion
+
+    reset_engine()
+    kb = make_kb(corpus_copy)
+    IndexVersion.objects.create(kb=kb, name="first-build", model_id="building")
+    yield kb
+    reset_engine()
+
+
+def finish_build(kb) -> None:
+    """The worker's part of a build that `building_kb` started: build into its version and activate it."""
+    from rag.models import IndexVersion
+    from rag.services.knowledge import index_build
+
+    index_build(kb, version=kb.versions.get(status=IndexVersion.Status.BUILDING))
+    kb.refresh_from_db()
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core.cache import cache
 
+from cgrag.tests.conftest import finish_build
 from conftest import local_moment
 
 pytestmark = pytest.mark.django_db
@@ -141,6 +142,39 @@ def test_a_retrieve_batch_larger_than_the_limit_is_refused_whole(client, sdk_kb,
 
     assert (response.status_code, response.json()["error"]["code"]) == (429, "rate_limited")
     assert not RequestRecord.objects.filter(outcome="ok").exists()
+
+
+@NOON
+@pytest.mark.parametrize("path, rate", [("/cg-rag/retrieve-rerank", "CGRAG_SEARCH_PER_MINUTE"),
+                                        ("/retrieve", "CGRAG_SEARCH_PER_MINUTE"),
+                                        ("/cg-rag/rag", "CGRAG_GENERATE_PER_MINUTE"),
+                                        ("/cg-rag/answer", "CGRAG_GENERATE_PER_MINUTE")])
+def test_replies_of_index_building_count_against_no_limit(client, building_kb, settings, path, rate):
+    limit(settings, **{rate: 2})
+
+    building = [post(client, path, BODIES[path]) for _ in range(3)]
+    finish_build(building_kb)
+    served = [post(client, path, BODIES[path]) for _ in range(2)]
+    over = post(client, path, BODIES[path])
+
+    assert [(r.status_code, r.json()["error"]["code"]) for r in building] == [(503, "index_building")] * 3
+    assert [r.status_code for r in served] == [200, 200]
+    assert (over.status_code, over.json()["error"]["code"]) == (429, "rate_limited")
+
+
+@NOON
+def test_a_retrieve_batch_answered_index_building_gives_back_each_of_its_queries(client, building_kb, settings):
+    limit(settings, CGRAG_SEARCH_PER_MINUTE=3)
+    batch = {"queries": ["fog color", "camera fov", "scene add"], "topk": 2}
+
+    building = [post(client, "/retrieve", batch) for _ in range(2)]
+    finish_build(building_kb)
+    served = post(client, "/retrieve", batch)
+    over = post(client, "/retrieve", BODIES["/retrieve"])
+
+    assert [(r.status_code, r.json()["error"]["code"]) for r in building] == [(503, "index_building")] * 2
+    assert served.status_code == 200 and len(served.json()["result"]) == 3
+    assert (over.status_code, over.json()["error"]["code"]) == (429, "rate_limited")
 
 
 # -- the token budget of the model calls ----------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """Issue 28, seed 004's stream contract under load: a stream waits for an answer thread like any request waits for
 capacity (RAG_CAPACITY's WAIT_TIMEOUT), and one that still gets none ends with an SSE `error` then `final`, with
-HTTP 200; the answer pool's bound stays. No test here depends on timing: the waits are seen through the pool."""
+HTTP 200; the answer pool's bound stays; a stream whose error is 503 `index_building` counts against no limit. No
+test here depends on timing: the waits are seen through the pool."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 
 import pytest
 
+from conftest import local_moment
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -114,3 +116,16 @@ def test_a_vision_stream_that_gets_no_answer_thread_ends_with_error_then_its_fin
     final = events[1][1]
     assert (final["ok"], final["generation_mode"], final["error"]["code"]) == (False, "vision_answer",
                                                                              "capacity.exceeded")
+
+
+@pytest.mark.time_machine(local_moment("2026-03-10 12:00"), tick=False)
+def test_a_stream_answered_index_building_counts_against_no_limit(client, building_kb, settings):
+    settings.RAG_WEB_LIMITS = {**settings.RAG_WEB_LIMITS, "CGRAG_GENERATE_PER_MINUTE": 1}
+
+    first = frames(stream(client))
+    second = stream(client)
+
+    assert second.status_code == 200
+    for events in (first, frames(second)):
+        assert [name for name, _ in events][-2:] == ["error", "final"]
+        assert events[-2][1]["code"] == "index_building"

@@ -1,6 +1,7 @@
 """CG_RAG's vision routes (seed 004's vision/*) against a real local fake multimodal upstream: validation,
 not configured, each route's success, observe's parse_status, upstream failures, the agentic [cite^n]
-mapping, one record per request, and the SSE streams (answer_reset on a cut stream) on a live Daphne."""
+mapping, one record per request, an agentic search that finds the index building counting against no limit, and
+the SSE streams (answer_reset on a cut stream) on a live Daphne."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from cgrag.tests.test_hardening_streams import frames
 from cgrag.tests.test_live import sse_events
-from conftest import JsonHandler, serve_on_loopback
+from conftest import JsonHandler, local_moment, serve_on_loopback
 from rag.models import Channel, RequestRecord
 from rag.tests.live import daphne
 
@@ -352,6 +354,35 @@ def test_agentic_with_an_unknown_scope_is_a_400(client, vision, sdk_kb):
 
     assert (response.status_code, response.json()["error"]["code"]) == (400, "invalid_request")
     assert vision.calls == []
+
+
+NOON = pytest.mark.time_machine(local_moment("2026-03-10 12:00"), tick=False)
+
+
+@NOON
+def test_an_agentic_answer_whose_search_finds_the_index_building_counts_against_no_limit(client, vision, building_kb,
+                                                                                         settings):
+    settings.RAG_WEB_LIMITS = {**settings.RAG_WEB_LIMITS, "CGRAG_GENERATE_PER_MINUTE": 1}
+    vision.default = '{"search": "PerspectiveCamera fov"}'
+
+    replies = [post(client, "agentic", {"images": [PNG_1X1], "scope": "sdk"}) for _ in range(2)]
+
+    assert [(r.status_code, r.json()["error"]["code"]) for r in replies] == [(503, "index_building")] * 2
+
+
+@NOON
+def test_an_agentic_stream_whose_search_finds_the_index_building_counts_against_no_limit(client, vision, building_kb,
+                                                                                         settings):
+    settings.RAG_WEB_LIMITS = {**settings.RAG_WEB_LIMITS, "CGRAG_GENERATE_PER_MINUTE": 1}
+    vision.default = '{"search": "PerspectiveCamera fov"}'
+
+    first = frames(post(client, "agentic/stream", {"images": [PNG_1X1], "scope": "sdk"}))  # read to its end
+    second = post(client, "agentic/stream", {"images": [PNG_1X1], "scope": "sdk"})
+
+    assert second.status_code == 200
+    for events in (first, frames(second)):
+        assert [name for name, _ in events][-2:] == ["error", "final"]
+        assert events[-2][1]["code"] == "index_building"
 
 
 def test_each_vision_request_is_one_record_on_the_cgrag_channel(client, vision, sdk_kb):
