@@ -6,10 +6,10 @@ from __future__ import annotations
 import datetime
 import hashlib
 import hmac
+import math
 import re
 import secrets
 import string
-import time
 
 from django.conf import settings
 from django.db import transaction
@@ -18,13 +18,14 @@ from django.utils import timezone
 
 from apikeys.models import ApiKey, ApiKeyUsage
 from rag.errors import ServiceError
-from rag.limits import count, window_give_back, window_hit
+from rag.limits import WindowHit, window_give_back, window_hit
 
 PREFIX_ALPHABET = string.ascii_lowercase + string.digits
 FAILED_ATTEMPTS_LIMIT = 10  # per client address and key prefix within the window, then refused without looking
 FAILED_ATTEMPTS_ADDRESS_LIMIT = 4 * FAILED_ATTEMPTS_LIMIT  # per address for all prefixes, as sign-in throttling
 PREFIX_RE = re.compile(r"rk[a-z0-9]{10}")  # what _new_key makes
 FAILED_ATTEMPTS_WINDOW = 300  # seconds
+RATE_WINDOW = 60  # seconds: a key's rate_limit_per_minute counts its calls in the last minute
 LAST_USED_PRECISION = 60  # seconds: last_used_at is written at most once a minute per key
 
 
@@ -152,29 +153,34 @@ def _limit_headers(limit: int, remaining: int, reset: int) -> dict[str, str]:
     return {"RateLimit-Limit": str(limit), "RateLimit-Remaining": str(max(0, remaining)), "RateLimit-Reset": str(reset)}
 
 
-def _minute_count(key: ApiKey) -> tuple[int, int]:
-    """Count a call in the key's current one-minute window in one atomic step; return (calls in the window, seconds
-    to its end). TODO(issue 28): a moving window, as rag.limits.window_hit, once apikeys/tests/test_usage.py expects
-    one."""
-    now = time.time()
-    calls = count(f"apikeys:rate:{key.pk}:{int(now // 60)}", 120)
-    return calls or 1, max(1, 60 - int(now % 60))  # None: the cache is down, the call counts as the first
+def _minute_hit(key: ApiKey) -> WindowHit:
+    """Count a call in the key's moving window of a minute (rag.limits.window_hit: one atomic step, so a burst
+    across a minute's end is the limit and not twice it; a refused call is not counted)."""
+    # A moving window log, named apart from the clock-minute counters (`apikeys:rate:<id>:<minute>`) of before.
+    return window_hit([f"apikeys:rate:{key.pk}"], limit=key.rate_limit_per_minute, window=RATE_WINDOW)
 
 
 def api_key_admit_call(*, key: ApiKey, tool: str) -> dict[str, str]:
     """Count one call of `tool` on `key`: against its per-minute rate, then its daily quota (both optional).
 
     Returns the RateLimit-* headers for the tighter of the two limits; raises 429 `rate_limited` or
-    `quota_exceeded` (with Retry-After) when spent. A refused call is not counted in the day's usage.
-    The day's row is incremented first and the total checked after, so concurrent calls never overshoot.
+    `quota_exceeded` (with Retry-After) when spent. The rate is a moving window of the last minute: its
+    Retry-After and RateLimit-Reset are the seconds until the oldest counted call leaves it. A refused call is
+    counted in neither the window nor the day's usage. The day's row is incremented first and the total checked
+    after, so concurrent calls never overshoot.
     """
     headers: dict[str, str] = {}
+    hit = None
     if key.rate_limit_per_minute:
-        calls, reset = _minute_count(key)
-        headers = _limit_headers(key.rate_limit_per_minute, key.rate_limit_per_minute - calls, reset)
-        if calls > key.rate_limit_per_minute:
+        hit = _minute_hit(key)
+        if not hit.admitted:
+            retry_after = max(1, math.ceil(hit.retry_after))
+            spent = _limit_headers(key.rate_limit_per_minute, 0, retry_after)
             raise ServiceError("rate_limited", f"This key may make {key.rate_limit_per_minute} calls per minute; "
-                               f"try again in {reset} s.", status=429, headers={**headers, "Retry-After": str(reset)})
+                               f"try again in {retry_after} s.", status=429,
+                               headers={**spent, "Retry-After": str(retry_after)})
+        headers = _limit_headers(key.rate_limit_per_minute, key.rate_limit_per_minute - hit.count,
+                                 max(1, math.ceil(hit.reset)))
     today = timezone.localdate()
     row, _ = ApiKeyUsage.objects.get_or_create(key=key, day=today, tool=tool)
     ApiKeyUsage.objects.filter(pk=row.pk).update(calls=F("calls") + 1)
@@ -183,6 +189,8 @@ def api_key_admit_call(*, key: ApiKey, tool: str) -> dict[str, str]:
         reset = _seconds_to_midnight()
         if used > key.daily_quota:
             ApiKeyUsage.objects.filter(pk=row.pk).update(calls=F("calls") - 1)
+            if hit is not None:
+                window_give_back(hit)
             spent = _limit_headers(key.daily_quota, 0, reset)
             raise ServiceError("quota_exceeded", f"This key's daily quota of {key.daily_quota} calls is spent; "
                                "it refills at midnight.", status=429, headers={**spent, "Retry-After": str(reset)})

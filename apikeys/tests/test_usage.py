@@ -11,8 +11,8 @@ from apikeys.services import api_key_admit_call, api_key_issue, api_key_revoke, 
 from conftest import local_moment
 from rag.errors import ServiceError
 
-# Usage is counted per local day and rate-limited per clock minute: every test runs at one fixed moment,
-# 15 s before a new minute and 13:59:15 before local midnight (and the boundary tests cross them on purpose).
+# Usage is counted per local day and rate-limited per moving minute: every test runs at one fixed moment,
+# 15 s before a new clock minute and 13:59:15 before local midnight (and the boundary tests cross them on purpose).
 TODAY = datetime.date(2026, 3, 10)
 pytestmark = [pytest.mark.django_db, pytest.mark.time_machine(local_moment("2026-03-10 10:00:45"), tick=False)]
 
@@ -40,8 +40,8 @@ def test_the_rate_limit_refuses_the_call_after_the_limit_with_retry_after(owner)
     assert (first["RateLimit-Limit"], first["RateLimit-Remaining"]) == ("2", "1")
     assert second["RateLimit-Remaining"] == "0"
     assert refused.value.code == "rate_limited" and refused.value.status == 429
-    assert refused.value.headers["Retry-After"] == "15"  # the minute ends at 10:01:00
-    assert refused.value.headers["RateLimit-Remaining"] == "0"
+    assert refused.value.headers["Retry-After"] == "60"  # the first call leaves the window at 10:01:45
+    assert (refused.value.headers["RateLimit-Remaining"], refused.value.headers["RateLimit-Reset"]) == ("0", "60")
     assert ApiKeyUsage.objects.filter(key=key, tool="ask_sdk_docs").first() is None  # refused: not counted
 
 
@@ -95,16 +95,52 @@ def test_the_daily_quota_refills_at_local_midnight(owner, time_machine):
         (TODAY, 1), (TODAY + datetime.timedelta(days=1), 1)]
 
 
-def test_a_new_minute_opens_a_new_rate_window(owner, time_machine):
-    key, _ = api_key_issue(owner=owner, name="ide", rate_limit_per_minute=1)
-    api_key_admit_call(key=key, tool="search_sdk_docs")
-    with pytest.raises(ServiceError):
+def test_a_burst_across_a_minute_s_end_is_not_twice_the_rate_limit(owner, time_machine):
+    key, _ = api_key_issue(owner=owner, name="ide", rate_limit_per_minute=3)
+    time_machine.move_to(local_moment("2026-03-10 10:00:59"), tick=False)
+    before = [api_key_admit_call(key=key, tool="search_sdk_docs") for _ in range(3)]
+
+    time_machine.shift(2)  # 10:01:01: a new clock minute would start counting from zero
+    refused = []
+    for _ in range(3):
+        with pytest.raises(ServiceError) as raised:
+            api_key_admit_call(key=key, tool="search_sdk_docs")
+        refused.append(raised.value)
+
+    assert [h["RateLimit-Remaining"] for h in before] == ["2", "1", "0"]
+    assert [(e.code, e.headers["Retry-After"]) for e in refused] == [("rate_limited", "58")] * 3
+    assert ApiKeyUsage.objects.get(key=key, tool="search_sdk_docs").calls == 3
+
+
+def test_each_call_leaves_the_rate_window_a_minute_after_it_was_counted(owner, time_machine):
+    key, _ = api_key_issue(owner=owner, name="ide", rate_limit_per_minute=2)
+    first = api_key_admit_call(key=key, tool="search_sdk_docs")  # 10:00:45
+    time_machine.shift(30)
+    api_key_admit_call(key=key, tool="search_sdk_docs")  # 10:01:15
+
+    time_machine.shift(10)  # 10:01:25
+    with pytest.raises(ServiceError) as full:
         api_key_admit_call(key=key, tool="search_sdk_docs")
+    time_machine.shift(20)  # 10:01:45: the first call has left the window, the second has not
+    again = api_key_admit_call(key=key, tool="search_sdk_docs")
 
-    time_machine.shift(15)  # 10:01:00
-    headers = api_key_admit_call(key=key, tool="search_sdk_docs")
+    assert first["RateLimit-Reset"] == "60"
+    assert full.value.headers["Retry-After"] == "20"  # until the first call is a minute old
+    assert (again["RateLimit-Remaining"], again["RateLimit-Reset"]) == ("0", "30")  # the second leaves at 10:02:15
 
-    assert (headers["RateLimit-Remaining"], headers["RateLimit-Reset"]) == ("0", "60")
+
+def test_a_call_refused_by_the_daily_quota_is_not_counted_in_the_rate_window(owner):
+    key, _ = api_key_issue(owner=owner, name="ide", daily_quota=1, rate_limit_per_minute=2)
+    api_key_admit_call(key=key, tool="ask_sdk_docs")
+    with pytest.raises(ServiceError) as refused:
+        api_key_admit_call(key=key, tool="ask_sdk_docs")
+
+    key.daily_quota = 10  # raised by an admin within the same minute
+    key.save(update_fields=["daily_quota"])
+    headers = api_key_admit_call(key=key, tool="ask_sdk_docs")
+
+    assert refused.value.code == "quota_exceeded"
+    assert (headers["RateLimit-Limit"], headers["RateLimit-Remaining"]) == ("2", "0")
 
 
 def test_settling_adds_tokens_and_failures(owner):
