@@ -106,6 +106,13 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
 
     async def disconnect(self, code):
         self.cancel.set()
+        task = getattr(self, "task", None)
+        if task is not None and not task.done():
+            # The page left mid-answer: closing the relay hangs up on the model call now, even one stalled in a
+            # read (rag.streams.relay), instead of holding the answer thread until the model's read timeout.
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
         if self.counted:
             self.counted = False
             await sync_to_async(web_socket_closed)(self.client)

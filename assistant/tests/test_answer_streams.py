@@ -151,3 +151,27 @@ async def test_a_stopping_server_ends_an_answer_with_a_server_stopping_frame_and
 
     assert (last["type"], last["code"], last["retry_after"]) == ("error", "server_stopping", 5)
     assert hung_up and record is not None and record.outcome == RequestRecord.Outcome.CANCELLED
+
+
+async def test_a_socket_that_closes_mid_answer_hangs_up_on_a_stalled_model_at_once(dripping_model):
+    dripping_model.replies.insert(0, ("stall", LONG_ANSWER))
+    communicator = WebsocketCommunicator(ChatConsumer.as_asgi(), "/ws/chat")
+    await communicator.connect()
+    await communicator.send_json_to({"question": QUESTION, "kb": "sdk"})
+    events = [await communicator.receive_json_from(timeout=30)]
+    while events[-1]["type"] != "token":
+        events.append(await communicator.receive_json_from(timeout=30))
+    assert await asyncio.to_thread(dripping_model.stalled.wait, 30)
+
+    await communicator.disconnect()
+
+    # The model's read timeout (minutes) is far above this wait: only a hang-up closes its connection in time.
+    assert await asyncio.to_thread(dripping_model.closed.wait, 30)
+    request_id = next(e["request_id"] for e in events if e["type"] == "plan")
+    record = None
+    for _ in range(300):  # recorded as the answer's thread ends
+        record = await RequestRecord.objects.filter(request_id=request_id).afirst()
+        if record is not None:
+            break
+        await asyncio.sleep(0.1)
+    assert record is not None and record.outcome == RequestRecord.Outcome.CANCELLED
