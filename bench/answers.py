@@ -22,7 +22,6 @@ Needs the bench build; run bench/retrieval.py once first. `--dump FILE` writes o
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -35,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from confidence import DOCS_GOLDEN, DOCS_VERSION, build_docs, is_correct  # noqa: E402
+from confidence import DOCS_GOLDEN, DOCS_VERSION, bench_arguments, build_docs, is_correct  # noqa: E402
 from retrieval import QUERY_VECTORS, SHARED, StoredQueryEmbedder, pct, searcher_for, store_at  # noqa: E402
 
 from evaluation.rules import GenerationOutcome, score_generation  # noqa: E402
@@ -145,12 +144,7 @@ def print_report(tables: dict, rows: list[dict]) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--set", action="append", choices=tuple(SETS), help="score only this set (repeatable)")
-    parser.add_argument("--version", default="rebuild", help="the bench build's version to answer from")
-    parser.add_argument("--dump", type=Path, metavar="FILE", help="write one JSON line per question")
-    args = parser.parse_args()
-    folder = Path(os.environ.get("RAG_DATA_DIR", ROOT / "data")).resolve() / "bench"
+    args, folder = bench_arguments(__doc__, SETS)
     sets = tuple(n for n in (args.set or SETS) if SETS[n].is_file())
     if not sets:
         print("answers bench skipped: no generation set found.")

@@ -170,13 +170,18 @@ def print_report(tables: dict) -> None:
             print(f"{level:<8}" + "".join(f" {_cell(table[p][level])}" for p in parts) + f"   {verdicts}")
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--set", action="append", choices=tuple(SETS), help="score only this set (repeatable)")
+def bench_arguments(description: str, sets) -> tuple[argparse.Namespace, Path]:
+    """The arguments of a bench that answers golden sets on the bench build (this one and bench/answers.py), and
+    the bench folder."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--set", action="append", choices=tuple(sets), help="score only this set (repeatable)")
     parser.add_argument("--version", default="rebuild", help="the bench build's version to answer from")
     parser.add_argument("--dump", type=Path, metavar="FILE", help="write one JSON line per question")
-    args = parser.parse_args()
-    folder = Path(os.environ.get("RAG_DATA_DIR", ROOT / "data")).resolve() / "bench"
+    return parser.parse_args(), Path(os.environ.get("RAG_DATA_DIR", ROOT / "data")).resolve() / "bench"
+
+
+def main() -> int:
+    args, folder = bench_arguments(__doc__, SETS)
     sets = tuple(n for n in (args.set or SETS) if any(path.is_file() for path in set_files(n)))
     if not sets:
         print("confidence calibration skipped: ../shared/golden holds none of the golden sets.")

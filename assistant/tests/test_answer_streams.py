@@ -124,29 +124,40 @@ async def test_an_answer_past_its_deadline_ends_with_an_error_frame_and_is_recor
     assert record is not None and record.outcome == RequestRecord.Outcome.CANCELLED
 
 
-async def test_a_stopping_server_ends_an_answer_with_a_server_stopping_frame_and_hangs_up_on_a_stalled_model(
-        dripping_model):
-    from rag.streams import answer_streams, stopped
-
-    dripping_model.replies.insert(0, ("stall", LONG_ANSWER))
+async def answer_on_a_stalled_model(model) -> tuple[WebsocketCommunicator, list[dict]]:
+    """A socket whose answer has begun and whose model has stopped writing mid-answer: (socket, frames so far)."""
+    model.replies.insert(0, ("stall", LONG_ANSWER))
     communicator = WebsocketCommunicator(ChatConsumer.as_asgi(), "/ws/chat")
     await communicator.connect()
     await communicator.send_json_to({"question": QUESTION, "kb": "sdk"})
     events = [await communicator.receive_json_from(timeout=30)]
     while events[-1]["type"] != "token":
         events.append(await communicator.receive_json_from(timeout=30))
-    assert await asyncio.to_thread(dripping_model.stalled.wait, 30)
+    assert await asyncio.to_thread(model.stalled.wait, 30)
+    return communicator, events
+
+
+async def record_of(events: list[dict]) -> RequestRecord | None:
+    """The answer's request record, written as its thread ends (waited for up to 30 s)."""
+    request_id = next(e["request_id"] for e in events if e["type"] == "plan")
+    for _ in range(300):
+        record = await RequestRecord.objects.filter(request_id=request_id).afirst()
+        if record is not None:
+            return record
+        await asyncio.sleep(0.1)
+    return None
+
+
+async def test_a_stopping_server_ends_an_answer_with_a_server_stopping_frame_and_hangs_up_on_a_stalled_model(
+        dripping_model):
+    from rag.streams import answer_streams, stopped
+
+    communicator, events = await answer_on_a_stalled_model(dripping_model)
 
     await stopped(answer_streams().stop())
     last = await communicator.receive_json_from(timeout=30)
     hung_up = await asyncio.to_thread(dripping_model.closed.wait, 30)
-    request_id = next(e["request_id"] for e in events if e["type"] == "plan")
-    record = None
-    for _ in range(300):  # recorded as the answer's thread ends, which `stopped` waited for (up to SHUTDOWN_WAIT)
-        record = await RequestRecord.objects.filter(request_id=request_id).afirst()
-        if record is not None:
-            break
-        await asyncio.sleep(0.1)
+    record = await record_of(events)  # the thread ends within `stopped`'s wait (SHUTDOWN_WAIT)
     await communicator.disconnect()
 
     assert (last["type"], last["code"], last["retry_after"]) == ("error", "server_stopping", 5)
@@ -154,24 +165,11 @@ async def test_a_stopping_server_ends_an_answer_with_a_server_stopping_frame_and
 
 
 async def test_a_socket_that_closes_mid_answer_hangs_up_on_a_stalled_model_at_once(dripping_model):
-    dripping_model.replies.insert(0, ("stall", LONG_ANSWER))
-    communicator = WebsocketCommunicator(ChatConsumer.as_asgi(), "/ws/chat")
-    await communicator.connect()
-    await communicator.send_json_to({"question": QUESTION, "kb": "sdk"})
-    events = [await communicator.receive_json_from(timeout=30)]
-    while events[-1]["type"] != "token":
-        events.append(await communicator.receive_json_from(timeout=30))
-    assert await asyncio.to_thread(dripping_model.stalled.wait, 30)
+    communicator, events = await answer_on_a_stalled_model(dripping_model)
 
     await communicator.disconnect()
 
     # The model's read timeout (minutes) is far above this wait: only a hang-up closes its connection in time.
     assert await asyncio.to_thread(dripping_model.closed.wait, 30)
-    request_id = next(e["request_id"] for e in events if e["type"] == "plan")
-    record = None
-    for _ in range(300):  # recorded as the answer's thread ends
-        record = await RequestRecord.objects.filter(request_id=request_id).afirst()
-        if record is not None:
-            break
-        await asyncio.sleep(0.1)
+    record = await record_of(events)
     assert record is not None and record.outcome == RequestRecord.Outcome.CANCELLED
