@@ -70,7 +70,7 @@ def legal(answer, hits) -> bool:
 
 def answer_one(searcher, generator, item: dict) -> dict:
     started = time.perf_counter()
-    result = searcher.run(item["question"], mode="hybrid")
+    result = searcher.run(item["question"], mode="hybrid", complete=True)  # as an answer searches
     searched = time.perf_counter()
     hits = list(result.hits)
     answer = answer_without_model(result.plan, hits, weak_evidence=result.weak_evidence)

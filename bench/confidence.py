@@ -95,7 +95,7 @@ def answer_all(folder: Path, sets: tuple[str, ...], version: str) -> list[dict]:
     records = []
     for name, items in golden.items():
         for item in items:
-            result = searchers[item["kb"]].run(item["question"], mode="hybrid")
+            result = searchers[item["kb"]].run(item["question"], mode="hybrid", complete=True)
             hits = list(result.hits)
             answer = answer_without_model(result.plan, hits, weak_evidence=result.weak_evidence)
             if answer is None:

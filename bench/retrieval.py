@@ -186,9 +186,9 @@ class Searchers:
 
     searcher: Searcher
 
-    def run(self, question: str, *, mode: str) -> SearchResult:
+    def run(self, question: str, *, mode: str, complete: bool = False) -> SearchResult:
         if mode != "weighted":
-            return self.searcher.run(question, mode=mode)
+            return self.searcher.run(question, mode=mode, complete=complete)
         searcher = self.searcher
         plan = searcher.planner.run(question)  # its corrected question, as rag.services.retrieval reads it
         ranked = WeightedRetriever(searcher.reader, searcher.queries).run(

@@ -495,9 +495,9 @@ class Composer:
 
     def facts(self, tokens: list[str], intent: Intent, section: Section) -> list[str]:
         """The sentences of a section that answer: all of a short one; else those covering most of the question's
-        words (each adds words the ones before did not cover), its values ("Default is") and the follow-ups it requires ("you will have
-        to call …"), and for a yes-or-no or a why what it rules out; in the section's order. A value sentence
-        too short to name its subject ("默认为 false。") keeps the sentence before it."""
+        words (each adds words the ones before did not cover), its values ("Default is") and the follow-ups it
+        requires ("you will have to call …"), and for a yes-or-no or a why what it rules out; in the section's
+        order. A value sentence too short to name its subject ("默认为 false。") keeps the sentence before it."""
 
         sentences = list(section.sentences)
         if not sentences:
@@ -566,9 +566,9 @@ class Composer:
                 continue
             section = read_section(hit.chunk)
             if 2 < len(section.code) <= self.max_code_lines:
-                label = EXAMPLE[0 if chinese else 1]
-                return f"{label}（{member_label(hit.chunk)}）{self.cite(position)}：\n\n" + "\n".join(section.code) \
-                    if chinese else f"{label} ({member_label(hit.chunk)}) {self.cite(position)}:\n\n" + "\n".join(section.code)
+                where, mark = member_label(hit.chunk), self.cite(position)
+                head = f"{EXAMPLE[0]}（{where}）{mark}：" if chinese else f"{EXAMPLE[1]} ({where}) {mark}:"
+                return head + "\n\n" + "\n".join(section.code)
         return ""
 
     def quote(self, tokens: list[str], intent: Intent, hit: Hit, position: int) -> str:

@@ -54,12 +54,14 @@ class Searcher:
 
     def run(self, question: str, *, mode: str = "hybrid", top_k: int | None = None, exclude=(),
             rerank: bool | Reranker | None = None, rewrite: bool | QueryRewriter | None = None,
-            fused_depth: int | None = None) -> SearchResult:
+            fused_depth: int | None = None, complete: bool = False) -> SearchResult:
         """Find the chunks to answer a question from, and record how each stage found them and how long it took.
 
         `rerank` and `rewrite` choose for this call: None or True runs the configured component (if any),
         False none, and a component runs that one. `fused_depth` keeps more fused candidates than `depth`
-        in the result (a face that lists up to 200 candidates)."""
+        in the result (a face that lists up to 200 candidates). `complete` appends, after the `top_k` adopted
+        chunks, the sections an answer needs by the documents' structure (rag.engine.complete): for answers only,
+        so a search returns exactly what it asked for."""
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
         started = time.perf_counter()
@@ -130,7 +132,7 @@ class Searcher:
             hits = self._adopt(plan, fused, excluded, dense, bm25, tokens, top_k)
             if reranked is not None and reranked.backend != "none":
                 hits = _marked_reranked(hits, reranked)
-        if self.completer is not None and hits:
+        if complete and self.completer is not None and hits:
             with _timed(timings, "adopt"):  # completing the evidence is part of adopting it
                 hits = self.completer.run(reader, plan, hits, tokens, read_intent(plan.question),
                                           dense.scores if dense is not None else None)

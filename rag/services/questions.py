@@ -431,8 +431,9 @@ class _Call:
         knowledge_base = kb_get_current(self.kb)
         row = version_of(knowledge_base, request.version)
         profile = profile_of(knowledge_base.slug, row) if request.cache else None
+        complete = self.kind == Kind.CHAT  # an answer's evidence gets the sections its structure calls for
         key = (knowledge_base.slug, profile.id, question.strip(), top_k, request.candidates, mode, exclude,
-               request.rerank, request.rewrite) if profile is not None else None  # the profile names the version
+               request.rerank, request.rewrite, complete) if profile is not None else None  # the profile: the version
         cached = retrieval_cache().get(key) if key is not None else None
         if cached is not None:
             self.result = cached.result
@@ -444,7 +445,7 @@ class _Call:
             try:
                 result = self.result = searcher.run(question, mode=mode, top_k=top_k, exclude=exclude,
                                                     rerank=request.rerank, rewrite=request.rewrite,
-                                                    fused_depth=request.candidates)
+                                                    fused_depth=request.candidates, complete=complete)
             except EmbeddingBusy as exc:  # the model is queued past its bound: refuse now, not after a long wait
                 raise ServiceError("busy", f"The server is busy ({exc}); try again shortly.", status=503,
                                    headers={"Retry-After": str(BUSY_RETRY_AFTER)}) from None
