@@ -102,8 +102,9 @@ class Completer:
         for position in np.flatnonzero(sections):
             if reader.chunks[position].member == reader.chunks[position].class_name:
                 sections[position] = False  # a constructor documents the class, not a setting of it
-        shared = np.where(sections, reader.bm25_scores(tokens), 0.0) > 0
+        bm25 = reader.bm25_scores(tokens)
+        shared = np.where(sections, bm25, 0.0) > 0
         if not shared.any():
             return None
-        scores = np.where(shared, cosines if cosines is not None else reader.bm25_scores(tokens), -np.inf)
+        scores = np.where(shared, cosines if cosines is not None else bm25, -np.inf)
         return int(np.argmax(scores))

@@ -14,6 +14,7 @@ documentation does not cover it and lists the nearest pages as related, citing n
 
 from __future__ import annotations
 
+import copy
 import math
 import re
 from dataclasses import dataclass, field
@@ -148,6 +149,7 @@ def group_text(text: str, group: str) -> str:
     return "\n".join(lines)
 
 
+@lru_cache(maxsize=4096)
 def read_text(text: str) -> Section:
     signature, prose, code, in_code, done = "", [], [], False, False
     paragraph: list[str] = []
@@ -346,7 +348,14 @@ class Composer:
     def run(self, question: str, plan: Plan, hits: list[Hit], *, prefix: tuple[str, ...] = (),
             covered: bool = True, confidence: str = "medium") -> Answer:
         """Answer from `hits`; `covered` False (the evidence does not answer the question) gives the refusal."""
-        self._numbers = {}
+        # One composer serves every answer of a process, on several threads: the citation numbers of this
+        # answer live on a copy of its own.
+        composer = copy.copy(self)
+        composer._numbers = {}
+        return composer._compose(question, plan, hits, prefix=prefix, covered=covered, confidence=confidence)
+
+    def _compose(self, question: str, plan: Plan, hits: list[Hit], *, prefix: tuple[str, ...],
+                 covered: bool, confidence: str) -> Answer:
         chinese = is_chinese(question)
         if not covered:
             text = "\n\n".join((*prefix, self.refusal(hits, chinese)))
