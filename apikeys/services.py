@@ -10,6 +10,7 @@ import math
 import re
 import secrets
 import string
+from dataclasses import dataclass
 
 from django.conf import settings
 from django.db import transaction
@@ -160,10 +161,34 @@ def _minute_hit(key: ApiKey) -> WindowHit:
     return window_hit([f"apikeys:rate:{key.pk}"], limit=key.rate_limit_per_minute, window=RATE_WINDOW)
 
 
-def api_key_admit_call(*, key: ApiKey, tool: str) -> dict[str, str]:
+@dataclass
+class KeyCall:
+    """One call admitted on a key (`api_key_admit_call`): the RateLimit-* headers to answer it with, and
+    `give_back` for a call that ended in a refusal that is the service's state, not the caller's doing (503
+    `index_building`, rag.limits.not_counted): it then counts in neither the key's minute nor its day."""
+
+    key_id: int
+    tool: str
+    day: datetime.date
+    headers: dict[str, str]
+    hit: WindowHit | None = None
+    given_back: bool = False
+
+    def give_back(self) -> None:
+        if self.given_back:
+            return
+        self.given_back = True
+        if self.hit is not None:
+            window_give_back(self.hit)
+        ApiKeyUsage.objects.filter(key_id=self.key_id, day=self.day, tool=self.tool, calls__gt=0).update(
+            calls=F("calls") - 1)
+
+
+def api_key_admit_call(*, key: ApiKey, tool: str) -> KeyCall:
     """Count one call of `tool` on `key`: against its per-minute rate, then its daily quota (both optional).
 
-    Returns the RateLimit-* headers for the tighter of the two limits; raises 429 `rate_limited` or
+    Returns the admitted call, with the RateLimit-* headers for the tighter of the two limits; raises 429
+    `rate_limited` or
     `quota_exceeded` (with Retry-After) when spent. The rate is a moving window of the last minute: its
     Retry-After and RateLimit-Reset are the seconds until the oldest counted call leaves it. A refused call is
     counted in neither the window nor the day's usage. The day's row is incremented first and the total checked
@@ -197,7 +222,7 @@ def api_key_admit_call(*, key: ApiKey, tool: str) -> dict[str, str]:
         remaining = key.daily_quota - used
         if not headers or remaining < int(headers["RateLimit-Remaining"]):
             headers = _limit_headers(key.daily_quota, remaining, reset)
-    return headers
+    return KeyCall(key_id=key.pk, tool=tool, day=today, headers=headers, hit=hit)
 
 
 def api_key_usage_settle(*, key_id: int, tool: str, prompt_tokens: int = 0, completion_tokens: int = 0,

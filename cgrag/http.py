@@ -124,7 +124,8 @@ def admit(request: HttpRequest, limit: str | None) -> Spender:
             spender.key = api_key_authenticate(raw=raw, address=request_address(request))
         except ServiceError as exc:
             raise key_refusal(exc) from None
-        spender.headers = api_key_admit_call(key=spender.key, tool=KEY_TOOL)
+        spender.key_call = api_key_admit_call(key=spender.key, tool=KEY_TOOL)
+        spender.headers = spender.key_call.headers
     request.cgrag_spender = spender
     if limit is not None:
         spender.count(f"cgrag_{limit}")

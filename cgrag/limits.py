@@ -36,6 +36,7 @@ class Spender:
         self.key = key
         self.share: TokenShare | None = None
         self.estimate = 0
+        self.key_call = None  # the call admitted on the key (apikeys.services.KeyCall), for `give_back`
         self.headers: dict[str, str] = {}  # the key's RateLimit-* headers
         self.hits: list[WindowHit] = []  # this request's counts in the client's limits, for `give_back`
 
@@ -51,11 +52,13 @@ class Spender:
 
     def give_back(self, error: BaseException) -> None:
         """The request ended in `error`: when that is not the client's doing (503 `index_building`), give back its
-        counts in the client's limits."""
+        counts in the client's limits and in its key's rate and quota."""
         if not_counted(error):
             hits, self.hits = self.hits, []
             for hit in hits:
                 window_give_back(hit)
+            if self.key_call is not None:
+                self.key_call.give_back()
 
     def reserve(self) -> None:
         """Reserve a model call's expected tokens (once per request); a keyed call is billed to its key instead."""

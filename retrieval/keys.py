@@ -13,6 +13,7 @@ from apikeys.models import ApiKey
 from apikeys.services import api_key_admit_call, api_key_authenticate, api_key_usage_settle
 from rag.errors import ServiceError
 from rag.clients import request_address
+from rag.limits import not_counted
 from rag.models import Channel, RequestRecord
 from rag.services.questions import Caller, QuestionRequest, question_refused
 from rag.services.retrieval import RetrievalOutcome
@@ -35,23 +36,26 @@ def key_call(key: ApiKey, caller: Caller, question) -> Iterator[dict[str, str]]:
     """Admit one call on the key, then settle it. Yields a dict: its "headers" are the key's RateLimit-* headers;
     set its "outcome" to the RetrievalOutcome. A refusal (the key's limits, or the face's own checks before the
     question service) is recorded and raised; a failure counts as one on the key; a success adds the model tokens
-    it spent."""
+    it spent. A call answered 503 `index_building` is given back: it counts on the key in no way."""
     def refused(error: ServiceError) -> None:
         question_refused(QuestionRequest(question=question, channel=Channel(caller.tool), kb="", caller=caller),
                          kind=RequestRecord.Kind.SEARCH, error=error)
 
     try:
-        headers = api_key_admit_call(key=key, tool=caller.tool)
+        call = api_key_admit_call(key=key, tool=caller.tool)
     except ServiceError as exc:
         refused(exc)
         raise
-    state = {"headers": headers}
+    state = {"headers": call.headers}
     try:
         yield state
     except Exception as exc:
         if isinstance(exc, ServiceError) and not exc.request_id:  # refused by the face, before the service
             refused(exc)
-        api_key_usage_settle(key_id=key.pk, tool=caller.tool, failed=True)
+        if not_counted(exc):  # 503 index_building: neither a call on the key nor a failure
+            call.give_back()
+        else:
+            api_key_usage_settle(key_id=key.pk, tool=caller.tool, failed=True)
         raise
     outcome: RetrievalOutcome | None = state.get("outcome")
     usage = outcome.usage if outcome is not None else None

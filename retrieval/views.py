@@ -295,7 +295,7 @@ def _milliseconds(moment) -> int:
 def _ragflow_keyed(request: HttpRequest):
     """The caller's key, admitted as one call of the RAGFlow face: (key, its RateLimit-* headers)."""
     key = key_of(request)
-    return key, api_key_admit_call(key=key, tool=Channel.RAGFLOW.value)
+    return key, api_key_admit_call(key=key, tool=Channel.RAGFLOW.value).headers
 
 
 def _ragflow_dataset(kb) -> dict:

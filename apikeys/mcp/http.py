@@ -31,7 +31,7 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE, TransportSecuritySettings
 
 from apikeys.api import bearer_of, key_refusal
-from apikeys.mcp.server import SCOPE_CALLER, build_server
+from apikeys.mcp.server import SCOPE_CALLER, SCOPE_KEY_CALLS, build_server
 from apikeys.mcp.service import Caller, mcp_refusal_record, tool_names
 from apikeys.models import ApiKey
 from apikeys.services import api_key_admit_call, api_key_authenticate
@@ -194,7 +194,7 @@ class McpHttpApp:
             await _send_refusal(send, admission.refusal, admission.refused_id)
             return
         caller, key = admission.caller, admission.key
-        scope = {**_served_path(scope), SCOPE_CALLER: caller}
+        scope = {**_served_path(scope), SCOPE_CALLER: caller, SCOPE_KEY_CALLS: admission.key_calls}
         if key is not None:
             # The SDK binds a session to the credential that opened it: another key cannot use its id.
             scope["user"] = AuthenticatedUser(AccessToken(token=key.prefix, client_id=key.prefix, scopes=[]))
@@ -246,6 +246,7 @@ class Admission:
     caller: Caller | None = None
     key: ApiKey | None = None
     limit_headers: dict[str, str] = field(default_factory=dict)
+    key_calls: dict = field(default_factory=dict)  # the calls admitted on the key, by JSON-RPC id (as a string)
     refusal: ServiceError | None = None
     refused_id: object = None  # the JSON-RPC id of the refused tool call
 
@@ -260,17 +261,19 @@ def _admit(*, headers: dict, address: str, method: str | None, body: bytes | Non
     if body is None:
         return Admission(refusal=ServiceError("request_too_large", "The request body is too large.", status=413))
     limit_headers: dict[str, str] = {}
+    key_calls = {}
     if key is not None and method == "POST":
         for call in _tool_calls(body, tool_names()):
             tool, arguments = call["params"]["name"], call["params"].get("arguments") or {}
             try:
-                limit_headers = api_key_admit_call(key=key, tool=tool)
+                key_call = key_calls[str(call.get("id"))] = api_key_admit_call(key=key, tool=tool)
+                limit_headers = key_call.headers
             except ServiceError as exc:
                 mcp_refusal_record(caller=Caller(key_id=key.pk, key_prefix=key.prefix,
                                                  session_id=headers.get("mcp-session-id", ""), transport="http"),
                                    tool=tool, arguments=arguments, error=exc)
                 return Admission(refusal=exc, refused_id=call.get("id"))
-    return Admission(caller=caller, key=key, limit_headers=limit_headers)
+    return Admission(caller=caller, key=key, limit_headers=limit_headers, key_calls=key_calls)
 
 
 def _authenticate(headers: dict, address: str) -> tuple[Caller, ApiKey | None]:

@@ -21,10 +21,13 @@ from pydantic.fields import FieldInfo
 
 from apikeys.mcp.service import Caller, mcp_ask, mcp_search, tool_names
 from rag.errors import ServiceError
+from rag.limits import not_counted
 from rag.services.questions import MAX_EXCLUDE, MAX_QUESTION_CHARS, MAX_TOP_K
 
 SLUG_PATTERN = re.compile(r"[a-z0-9][a-z0-9_]{0,31}")
 SCOPE_CALLER = "rag.mcp.caller"  # the HTTP gate puts the authenticated Caller in the ASGI scope under this key
+# ... and the calls it admitted on the key (apikeys.services.KeyCall), by JSON-RPC id, under this one
+SCOPE_KEY_CALLS = "rag.mcp.key_calls"
 
 
 class Chunk(BaseModel):
@@ -122,12 +125,18 @@ def _caller(ctx: Context, transport: str) -> Caller:
     return Caller(key_id=caller.key_id, key_prefix=caller.key_prefix, session_id=session_id, transport="http")
 
 
-async def _run(function, **kwargs) -> dict:
+async def _run(function, ctx: Context, **kwargs) -> dict:
     """Run a blocking service call in a worker thread (with Django's connection hygiene); service errors
-    become MCP tool errors, which the client sees as a failed call, never as a broken session."""
+    become MCP tool errors, which the client sees as a failed call, never as a broken session. A call answered
+    `index_building` (rag.limits.not_counted) is given back to its key's rate and quota."""
     try:
         return await database_sync_to_async(function, thread_sensitive=False)(**kwargs)
     except ServiceError as exc:
+        if not_counted(exc):
+            scope = getattr(ctx.request_context.request, "scope", None) or {}
+            key_call = scope.get(SCOPE_KEY_CALLS, {}).get(ctx.request_id)
+            if key_call is not None:
+                await database_sync_to_async(key_call.give_back, thread_sensitive=False)()
         raise ToolError(f"{exc.code}: {exc.message}") from exc
 
 
@@ -190,7 +199,7 @@ def build_server(*, transport: str = "http") -> MCPServer:
                                       maximum=MAX_TOP_K)] = None,
         kb: Annotated[Any, _schema("Knowledge base slug; default: the deployment's", type="string")] = None,
     ) -> Annotated[CallToolResult, SearchOutput]:
-        data = await _run(mcp_search, caller=_caller(ctx, transport), question=question, top_k=top_k, kb=kb)
+        data = await _run(mcp_search, ctx, caller=_caller(ctx, transport), question=question, top_k=top_k, kb=kb)
         return CallToolResult(content=[TextContent(type="text", text=render_search(data))], structured_content=data)
 
     async def ask_docs(
@@ -201,7 +210,7 @@ def build_server(*, transport: str = "http") -> MCPServer:
                                         items={"type": "string"}, maxItems=MAX_EXCLUDE)] = None,
         kb: Annotated[Any, _schema("Knowledge base slug; default: the deployment's", type="string")] = None,
     ) -> Annotated[CallToolResult, AskOutput]:
-        data = await _run(mcp_ask, caller=_caller(ctx, transport), question=question, exclude=exclude, kb=kb)
+        data = await _run(mcp_ask, ctx, caller=_caller(ctx, transport), question=question, exclude=exclude, kb=kb)
         return CallToolResult(content=[TextContent(type="text", text=render_ask(data))], structured_content=data)
 
     server.add_tool(search_docs, name=search_name, title=f"Search {product} docs", description=search_description,

@@ -9,6 +9,7 @@ from django.conf import settings
 
 from apikeys.services import api_key_usage_settle
 from rag.errors import ServiceError
+from rag.limits import not_counted
 from rag.models import Channel, RequestRecord
 from rag.services.questions import Caller, QuestionRequest, question_answer, question_refused, question_search
 from rag.shapes import cited_chunks, hit_as_dict
@@ -30,11 +31,11 @@ def _request(caller: Caller, tool: str, arguments: dict, **fields) -> QuestionRe
 
 @contextmanager
 def _settled_on_failure(caller: Caller, tool: str):
-    """A failed call still counts on its key (the service has recorded it)."""
+    """A failed call still counts on its key (the service has recorded it), unless it found the index building."""
     try:
         yield
-    except Exception:
-        if caller.key_id is not None:
+    except Exception as exc:
+        if caller.key_id is not None and not not_counted(exc):
             api_key_usage_settle(key_id=caller.key_id, tool=tool, failed=True)
         raise
 

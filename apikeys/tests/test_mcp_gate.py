@@ -104,3 +104,28 @@ async def test_deeply_nested_json_in_the_mcp_gate_is_a_400_parse_error(settings,
 
     for status, body in (arrays, objects):
         assert (status, body["jsonrpc"], body["error"]["code"]) == (400, "2.0", -32700)
+
+
+@pytest.mark.asyncio
+async def test_a_tool_call_that_finds_the_index_building_counts_neither_as_a_call_nor_as_a_failure(
+        settings, django_user_model, corpus_copy):
+    from apikeys.models import ApiKeyUsage
+    from rag.models import IndexVersion
+    from rag.tests.conftest import make_kb
+
+    settings.RAG_MCP_STATELESS = True
+    kb = await asyncio.to_thread(make_kb, corpus_copy)  # its first build still running
+    await IndexVersion.objects.acreate(kb=kb, name="first-build", model_id="building")
+    owner = await django_user_model.objects.acreate(username="li.wei")
+    key, secret = await asyncio.to_thread(api_key_issue, owner=owner, name="cursor", daily_quota=1)
+    call = json.dumps({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+        "name": "search_sdk_docs", "arguments": {"question": "PerspectiveCamera fov", "kb": "sdk"}}}).encode()
+
+    async with serving() as app:
+        replies = [await post(app, call, headers={"Authorization": f"Bearer {secret}"}) for _ in range(2)]
+
+    assert [status for status, _ in replies] == [200, 200]  # tool errors, not refusals: the quota is untouched
+    assert all(b"index_building" in (body if isinstance(body, bytes) else json.dumps(body).encode())
+               for _, body in replies)
+    usage = [(u.calls, u.failures) async for u in ApiKeyUsage.objects.filter(key=key)]
+    assert usage in ([], [(0, 0)])

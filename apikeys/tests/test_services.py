@@ -169,7 +169,7 @@ def test_explicit_limits_win_over_the_defaults_and_zero_means_unlimited(owner, s
     assert (issued.daily_quota, issued.rate_limit_per_minute) == (0, 5)
     assert (created.daily_quota, created.rate_limit_per_minute) == (7, 0)
     assert (added.daily_quota, added.rate_limit_per_minute) == (0, 0)
-    assert api_key_admit_call(key=added, tool="ask_sdk_docs") == {}  # unlimited: no RateLimit-* headers
+    assert api_key_admit_call(key=added, tool="ask_sdk_docs").headers == {}  # unlimited: no RateLimit-* headers
     assert api_key_usage_summary(key=issued)["daily_quota"] is None  # the usage API says unlimited as before
 
 

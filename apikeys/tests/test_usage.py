@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.django_db, pytest.mark.time_machine(local_moment("2026
 def test_calls_are_counted_per_tool_and_day(owner):
     key, _ = api_key_issue(owner=owner, name="ide", daily_quota=0, rate_limit_per_minute=0)
 
-    headers = api_key_admit_call(key=key, tool="search_sdk_docs")
+    headers = api_key_admit_call(key=key, tool="search_sdk_docs").headers
     api_key_admit_call(key=key, tool="search_sdk_docs")
     api_key_admit_call(key=key, tool="ask_sdk_docs")
 
@@ -32,8 +32,8 @@ def test_calls_are_counted_per_tool_and_day(owner):
 def test_the_rate_limit_refuses_the_call_after_the_limit_with_retry_after(owner):
     key, _ = api_key_issue(owner=owner, name="ide", rate_limit_per_minute=2)
 
-    first = api_key_admit_call(key=key, tool="search_sdk_docs")
-    second = api_key_admit_call(key=key, tool="search_sdk_docs")
+    first = api_key_admit_call(key=key, tool="search_sdk_docs").headers
+    second = api_key_admit_call(key=key, tool="search_sdk_docs").headers
     with pytest.raises(ServiceError) as refused:
         api_key_admit_call(key=key, tool="ask_sdk_docs")
 
@@ -50,7 +50,7 @@ def test_the_daily_quota_counts_all_tools_and_a_refused_call_is_not_counted(owne
 
     api_key_admit_call(key=key, tool="search_sdk_docs")
     api_key_admit_call(key=key, tool="ask_sdk_docs")
-    last = api_key_admit_call(key=key, tool="search_sdk_docs")
+    last = api_key_admit_call(key=key, tool="search_sdk_docs").headers
     with pytest.raises(ServiceError) as refused:
         api_key_admit_call(key=key, tool="ask_sdk_docs")
 
@@ -63,7 +63,7 @@ def test_the_daily_quota_counts_all_tools_and_a_refused_call_is_not_counted(owne
 def test_the_tighter_limit_is_the_one_reported(owner):
     key, _ = api_key_issue(owner=owner, name="ide", daily_quota=2, rate_limit_per_minute=10)
 
-    headers = api_key_admit_call(key=key, tool="search_sdk_docs")
+    headers = api_key_admit_call(key=key, tool="search_sdk_docs").headers
 
     assert (headers["RateLimit-Limit"], headers["RateLimit-Remaining"]) == ("2", "1")
 
@@ -87,7 +87,7 @@ def test_the_daily_quota_refills_at_local_midnight(owner, time_machine):
         api_key_admit_call(key=key, tool="ask_sdk_docs")
 
     time_machine.shift(1)  # 00:00:00 local time
-    headers = api_key_admit_call(key=key, tool="ask_sdk_docs")
+    headers = api_key_admit_call(key=key, tool="ask_sdk_docs").headers
 
     assert refused.value.headers["Retry-After"] == "1"
     assert headers["RateLimit-Remaining"] == "0" and headers["RateLimit-Reset"] == str(24 * 3600)
@@ -98,7 +98,7 @@ def test_the_daily_quota_refills_at_local_midnight(owner, time_machine):
 def test_a_burst_across_a_minute_s_end_is_not_twice_the_rate_limit(owner, time_machine):
     key, _ = api_key_issue(owner=owner, name="ide", rate_limit_per_minute=3)
     time_machine.move_to(local_moment("2026-03-10 10:00:59"), tick=False)
-    before = [api_key_admit_call(key=key, tool="search_sdk_docs") for _ in range(3)]
+    before = [api_key_admit_call(key=key, tool="search_sdk_docs").headers for _ in range(3)]
 
     time_machine.shift(2)  # 10:01:01: a new clock minute would start counting from zero
     refused = []
@@ -114,7 +114,7 @@ def test_a_burst_across_a_minute_s_end_is_not_twice_the_rate_limit(owner, time_m
 
 def test_each_call_leaves_the_rate_window_a_minute_after_it_was_counted(owner, time_machine):
     key, _ = api_key_issue(owner=owner, name="ide", rate_limit_per_minute=2)
-    first = api_key_admit_call(key=key, tool="search_sdk_docs")  # 10:00:45
+    first = api_key_admit_call(key=key, tool="search_sdk_docs").headers  # 10:00:45
     time_machine.shift(30)
     api_key_admit_call(key=key, tool="search_sdk_docs")  # 10:01:15
 
@@ -122,7 +122,7 @@ def test_each_call_leaves_the_rate_window_a_minute_after_it_was_counted(owner, t
     with pytest.raises(ServiceError) as full:
         api_key_admit_call(key=key, tool="search_sdk_docs")
     time_machine.shift(20)  # 10:01:45: the first call has left the window, the second has not
-    again = api_key_admit_call(key=key, tool="search_sdk_docs")
+    again = api_key_admit_call(key=key, tool="search_sdk_docs").headers
 
     assert first["RateLimit-Reset"] == "60"
     assert full.value.headers["Retry-After"] == "20"  # until the first call is a minute old
@@ -137,7 +137,7 @@ def test_a_call_refused_by_the_daily_quota_is_not_counted_in_the_rate_window(own
 
     key.daily_quota = 10  # raised by an admin within the same minute
     key.save(update_fields=["daily_quota"])
-    headers = api_key_admit_call(key=key, tool="ask_sdk_docs")
+    headers = api_key_admit_call(key=key, tool="ask_sdk_docs").headers
 
     assert refused.value.code == "quota_exceeded"
     assert (headers["RateLimit-Limit"], headers["RateLimit-Remaining"]) == ("2", "0")
@@ -210,3 +210,15 @@ def test_behind_a_proxy_one_bad_client_of_the_usage_endpoint_does_not_lock_every
     assert refused == [401] * 10 + [429]
     assert (other_mistyped.status_code, other_mistyped.json()["code"]) == (401, "invalid_api_key")
     assert other_served.status_code == 200
+
+
+def test_a_call_given_back_counts_in_neither_the_keys_minute_nor_its_day(owner):
+    key, _ = api_key_issue(owner=owner, name="ide", daily_quota=2, rate_limit_per_minute=1)
+    call = api_key_admit_call(key=key, tool="search_sdk_docs")  # then answered 503 index_building
+
+    call.give_back()
+    call.give_back()  # once is all it counts
+    again = api_key_admit_call(key=key, tool="search_sdk_docs").headers
+
+    assert again["RateLimit-Remaining"] == "0"  # the minute's one call: the given-back one left no trace
+    assert ApiKeyUsage.objects.get(key=key, tool="search_sdk_docs").calls == 1

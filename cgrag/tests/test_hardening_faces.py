@@ -219,6 +219,15 @@ def test_a_search_spends_no_token_share(client, sdk_kb, model, settings):
 
 
 @pytest.fixture
+def owner_key(db):
+    """Issue a key with the given limits: (key, its secret)."""
+    from apikeys.services import api_key_issue
+
+    owner = get_user_model().objects.create_user("limited integrator", password="x")
+    return lambda **limits: api_key_issue(owner=owner, name="cg client", **limits)
+
+
+@pytest.fixture
 def secret(db):
     from apikeys.services import api_key_issue
 
@@ -252,6 +261,27 @@ def test_with_a_key_required_a_good_key_is_served_and_a_bad_one_refused(client, 
     assert (bad.status_code, bad.json()["error"]["code"]) == (401, "invalid_api_key")
     assert health.status_code == 200
 
+
+
+@NOON
+def test_with_a_key_required_replies_of_index_building_count_against_neither_its_rate_nor_its_quota(
+        client, building_kb, settings, owner_key):
+    from apikeys.models import ApiKeyUsage
+
+    settings.RAG_CGRAG_REQUIRE_KEY = True
+    key, raw = owner_key(daily_quota=2, rate_limit_per_minute=2)
+    ask = lambda: post(client, "/cg-rag/rag", BODIES["/cg-rag/rag"], HTTP_AUTHORIZATION=f"Bearer {raw}")  # noqa: E731
+
+    building = [ask() for _ in range(3)]
+    finish_build(building_kb)
+    served = [ask() for _ in range(2)]
+    over = ask()
+
+    assert [(r.status_code, r.json()["error"]["code"]) for r in building] == [(503, "index_building")] * 3
+    assert [r.status_code for r in served] == [200, 200]
+    assert (over.status_code, over.json()["error"]["code"]) == (429, "rate_limited")
+    assert sum(ApiKeyUsage.objects.filter(key=key).values_list("calls", flat=True)) == 2
+    assert sum(ApiKeyUsage.objects.filter(key=key).values_list("failures", flat=True)) == 0
 
 # -- lone surrogates ------------------------------------------------------------------------------------------
 

@@ -436,3 +436,18 @@ def test_a_failed_request_leaves_one_record_and_counts_a_failure(client, two_kbs
     assert (records[0].channel, records[0].api_key_prefix) == ("ragflow", two_kbs.key.prefix)
     assert records[0].error_code == "kb_not_found"
     assert usage_by_tool(two_kbs.key) == {"ragflow": (1, 1)}
+
+
+def test_a_request_that_finds_a_dataset_still_building_counts_neither_as_a_call_nor_as_a_failure(client, two_kbs):
+    from rag.models import IndexVersion
+    from rag.services.knowledge import kb_ensure
+
+    building = kb_ensure(slug="gamma", source_dir=str(two_kbs.alpha.source_dir))  # its first build still running
+    IndexVersion.objects.create(kb=building, name="first-build", model_id="building")
+    two_kbs.app.knowledge_bases.add(building)
+
+    _status, payload = failure(client, two_kbs, {"question": QUESTION, "dataset_ids": [building.pk]})
+
+    assert "Ask again in a few seconds" in payload["message"]
+    assert RequestRecord.objects.get().error_code == "index_building"
+    assert usage_by_tool(two_kbs.key) in ({}, {"ragflow": (0, 0)})
