@@ -9,6 +9,8 @@ every one was recorded.
 HostileUser: one of four attacks per turn, each from one of a few fixed addresses (so per-client limits apply):
 a 2,000-character question, a body declared as 500 MB, a slow client that sends half its headers and waits,
 and a retrieval call with a wrong key. Their outcomes are counted by status, not timed as normal traffic.
+A hostile user starts an attack only while the attacks sent so far stay within SOAK_HOSTILE_SHARE (0.05) of all
+requests sent (locust runs every user in this one process), so the share holds whatever rate the server keeps.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import socket
 import time
 from urllib.parse import urlsplit
 
-from locust import HttpUser, between, constant, events, task
+from locust import HttpUser, constant, events, task
 
 QUESTIONS = [
     "怎么重建索引？", "RAG_DATA_DIR 默认是什么？", "How do I switch to PostgreSQL?", "rag search 的 JSON 长什么样？",
@@ -32,7 +34,16 @@ LONG_QUESTION = ("我在用这个平台检索文档的时候发现有些问题�
                  "分块的规则是什么，以及检索时向量和关键词是怎么融合的。") * 40
 HOSTILE_ADDRESSES = ["203.0.113.7", "203.0.113.8", "203.0.113.9"]
 SLOW_CLIENT_SECONDS = float(os.environ.get("SOAK_SLOW_CLIENT_SECONDS", "20"))
+HOSTILE_SHARE = float(os.environ.get("SOAK_HOSTILE_SHARE", "0.05"))
 request_ids: list[str] = []
+sent = {"normal": 0, "hostile": 0}  # requests started, by kind
+
+
+def hostile_turn() -> None:
+    """Wait until one more attack keeps the attacks at or under HOSTILE_SHARE of all requests started."""
+    while sent["hostile"] + 1 > HOSTILE_SHARE * (sent["normal"] + sent["hostile"] + 1):
+        time.sleep(0.05)  # gevent's: other users run meanwhile
+    sent["hostile"] += 1
 
 
 def normal_address() -> str:
@@ -44,6 +55,7 @@ class NormalUser(HttpUser):
 
     def _ask(self, path: str, name: str) -> None:
         question = f"{random.choice(QUESTIONS)} ({random.randrange(100000)})"  # mostly new: embedded, not cached
+        sent["normal"] += 1
         with self.client.post(path, json={"question": question}, headers={"X-Forwarded-For": normal_address()},
                               name=name, catch_response=True) as response:
             if response.status_code == 200:
@@ -64,7 +76,7 @@ class NormalUser(HttpUser):
 
 
 class HostileUser(HttpUser):
-    wait_time = between(0.5, 1.5)
+    wait_time = constant(0)  # paced by hostile_turn
     fixed_count = int(os.environ.get("SOAK_HOSTILE_USERS", "0"))  # exactly this many; the rest are NormalUser
 
     def _address(self) -> str:
@@ -72,6 +84,7 @@ class HostileUser(HttpUser):
 
     @task
     def long_question(self) -> None:
+        hostile_turn()
         with self.client.post("/api/search", json={"question": f"{random.randrange(100000)} {LONG_QUESTION}"[:2000]},
                               headers={"X-Forwarded-For": self._address()}, name="hostile long question",
                               catch_response=True) as response:
@@ -80,14 +93,17 @@ class HostileUser(HttpUser):
 
     @task
     def oversized_body(self) -> None:
+        hostile_turn()
         self._raw("hostile oversized body", self._send_oversized)
 
     @task
     def slow_client(self) -> None:
+        hostile_turn()
         self._raw("hostile slow client", self._send_half_headers)
 
     @task
     def wrong_key(self) -> None:
+        hostile_turn()
         with self.client.post("/ragflow/api/v1/retrieval", json={"question": "rebuild the index", "dataset_ids": ["docs"]},
                               headers={"Authorization": "Bearer ragflow-" + "x" * 32,
                                        "X-Forwarded-For": self._address()},

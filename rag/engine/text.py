@@ -77,6 +77,7 @@ class PrefixDictionary:
     """
 
     MAGIC = b"rag-jieba-prefix-1\n"
+    KNOWN_LIMIT = 65_536  # lookups remembered (a few MB); then forgotten at once, so new words cannot grow it
 
     def __init__(self, tables: dict, total: int):
         self._tables = tables  # length -> (sorted words as a numpy unicode array, their frequencies)
@@ -152,6 +153,8 @@ class PrefixDictionary:
             position = int(words.searchsorted(word))
             if position < len(words) and words[position] == word:
                 found = int(freqs[position])
+        if len(self._known) >= self.KNOWN_LIMIT:
+            self._known.clear()
         self._known[word] = found
         return found
 

@@ -70,6 +70,15 @@ def test_words_taught_at_run_time_sit_on_top_of_the_stored_table(small_table):
     assert (small_table["透视相机"], small_table["相机"], small_table.get("透视")) == (20000, 1, 5)
 
 
+def test_the_lookups_a_table_remembers_are_bounded_whatever_words_it_is_asked(small_table, monkeypatch):
+    monkeypatch.setattr(PrefixDictionary, "KNOWN_LIMIT", 100)
+
+    answers = [small_table.get(f"词{n}") for n in range(1000)]  # new words, as random questions bring
+
+    assert answers == [None] * 1000 and len(small_table._known) <= 100
+    assert small_table["相机"] == 30 and small_table.get("透") == 0  # forgetting costs only a lookup
+
+
 @pytest.mark.parametrize("damage", [b"", b"not a table", None])
 def test_a_missing_or_foreign_table_is_not_used(tmp_path, damage):
     path = tmp_path / "prefix.bin"
