@@ -24,6 +24,7 @@ from cgrag.inputs import Body, Scope, parse
 from cgrag.limits import Spender
 from cgrag.shapes import doc_of
 from rag.errors import ServiceError
+from rag.limits import not_counted
 from rag.services.profiles import host_of
 from rag.services.questions import TokenEvent
 from rag.services.records import MAX_QUESTION_CHARS
@@ -176,8 +177,18 @@ def agentic(request: HttpRequest, request_id: str) -> dict:
 
 @route("POST", limit="generate")
 def agentic_stream(request: HttpRequest, request_id: str):
-    ask, body = _ask(request, request_id, "vision/agentic/stream", AgenticInput)
     spender = Spender.of_request(request)
+    try:
+        ask, body = _ask(request, request_id, "vision/agentic/stream", AgenticInput)
+    except ServiceError as exc:
+        if not not_counted(exc):
+            raise
+        # The scope is still being indexed (checked before any model call): as a stream that found it so.
+        spender.give_back(exc)
+        error = error_body(request_id, error_of(exc))["error"]
+        return sse_response(request_id, lambda cancelled: iter([
+            ("error", {**error, "request_id": request_id}), ("final", failed_of("vision_agentic", request_id, error))]),
+            lambda failure: failed_of("vision_agentic", request_id, failure))
 
     def produce(cancelled):
         return _stream(request_id, vision_agentic_stream(ask, cancelled), "vision_agentic",

@@ -370,6 +370,19 @@ def test_an_agentic_answer_whose_search_finds_the_index_building_counts_against_
     assert [(r.status_code, r.json()["error"]["code"]) for r in replies] == [(503, "index_building")] * 2
 
 
+
+@NOON
+def test_an_agentic_answer_over_a_scope_still_building_calls_no_model_and_spends_no_token_share(
+        client, vision, building_kb, settings):
+    settings.RAG_CGRAG_TOKEN_POOL, settings.RAG_CGRAG_TOKEN_ESTIMATE = 10_000, 3_000
+    settings.RAG_WEB_LIMITS = {**settings.RAG_WEB_LIMITS, "TOKEN_SHARE": 0.5}  # one estimate at a time
+    vision.default = '{"search": "PerspectiveCamera fov"}'
+
+    replies = [post(client, "agentic", {"images": [PNG_1X1], "scope": "sdk"}) for _ in range(3)]
+
+    assert [(r.status_code, r.json()["error"]["code"]) for r in replies] == [(503, "index_building")] * 3
+    assert vision.calls == []
+
 @NOON
 def test_an_agentic_stream_whose_search_finds_the_index_building_counts_against_no_limit(client, vision, building_kb,
                                                                                          settings):

@@ -33,9 +33,9 @@ from rag.engine.vision import (DEFAULT_LABELS, FINAL_PROMPT, AnswerField, Delta,
                                VisionModel, agentic_messages, answer_messages, cited, decode_image, observe_messages,
                                parse_observation, parse_step, references_message, split_thinking, usage_sum)
 from rag.errors import ServiceError
-from rag.models import Channel
+from rag.models import Channel, KnowledgeBase
 from rag.services.questions import (Caller, QuestionRequest, TokenEvent, candidate_of, question_call, question_refused,
-                                    question_search)
+                                    question_search, version_of)
 
 JSON_FORMAT = {"response_format": {"type": "json_object"}}
 
@@ -104,7 +104,8 @@ def _question_request(route: str, request_id: str, query: str, num_images: int, 
 
 def vision_ask(*, route: str, request_id: str, images: list[str], query: str = "", thinking: bool | None = None,
                kb: str | None = None) -> VisionAsk:
-    """The checked ask: every image decoded and known, then the upstream configured; a refusal is recorded."""
+    """The checked ask: every image decoded and known, the upstream configured, and for an agentic ask (`kb`) an
+    index to search (503 `index_building` before any model call); a refusal is recorded."""
     config = _config()
     try:
         if len(images) > config["MAX_IMAGES"]:
@@ -118,6 +119,8 @@ def vision_ask(*, route: str, request_id: str, images: list[str], query: str = "
                 raise invalid_image(index, exc.reason, f"Image {index}: {exc}") from None
         if not vision_configured():
             raise not_configured()
+        if kb is not None:  # the agent searches this knowledge base: none yet (index_building) calls no model
+            version_of(KnowledgeBase.objects.select_related("active_version").get(slug=kb), None)
     except ServiceError as exc:
         question_refused(_question_request(route, request_id, query, len(images), kb), kind="chat", error=exc)
         raise
