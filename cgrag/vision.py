@@ -112,6 +112,12 @@ def failed_of(mode: str, request_id: str, error: dict) -> dict:
     return body
 
 
+def _raising(error: Exception) -> Iterator:
+    """Events that are the error at once."""
+    raise error
+    yield  # noqa: RET503 - a generator
+
+
 def _stream(request_id: str, events, mode: str, shape, spender: Spender) -> Iterator[tuple[str, dict]]:
     tag = {"request_id": request_id}
     try:
@@ -183,12 +189,10 @@ def agentic_stream(request: HttpRequest, request_id: str):
     except ServiceError as exc:
         if not not_counted(exc):
             raise
-        # The scope is still being indexed (checked before any model call): as a stream that found it so.
-        spender.give_back(exc)
-        error = error_body(request_id, error_of(exc))["error"]
-        return sse_response(request_id, lambda cancelled: iter([
-            ("error", {**error, "request_id": request_id}), ("final", failed_of("vision_agentic", request_id, error))]),
-            lambda failure: failed_of("vision_agentic", request_id, failure))
+        # The scope is still being indexed (found before any model call): the stream ends as one that found it so.
+        refused = _raising(exc)
+        return sse_response(request_id, lambda cancelled: _stream(request_id, refused, "vision_agentic", None, spender),
+                            lambda error: failed_of("vision_agentic", request_id, error))
 
     def produce(cancelled):
         return _stream(request_id, vision_agentic_stream(ask, cancelled), "vision_agentic",

@@ -33,7 +33,8 @@ from rag.engine.vision import (DEFAULT_LABELS, FINAL_PROMPT, AnswerField, Delta,
                                VisionModel, agentic_messages, answer_messages, cited, decode_image, observe_messages,
                                parse_observation, parse_step, references_message, split_thinking, usage_sum)
 from rag.errors import ServiceError
-from rag.models import Channel, KnowledgeBase
+from rag.models import Channel
+from rag.services.knowledge import kb_get
 from rag.services.questions import (Caller, QuestionRequest, TokenEvent, candidate_of, question_call, question_refused,
                                     question_search, version_of)
 
@@ -120,7 +121,7 @@ def vision_ask(*, route: str, request_id: str, images: list[str], query: str = "
         if not vision_configured():
             raise not_configured()
         if kb is not None:  # the agent searches this knowledge base: none yet (index_building) calls no model
-            version_of(KnowledgeBase.objects.select_related("active_version").get(slug=kb), None)
+            version_of(kb_get(kb), None)
     except ServiceError as exc:
         question_refused(_question_request(route, request_id, query, len(images), kb), kind="chat", error=exc)
         raise
