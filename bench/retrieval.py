@@ -44,7 +44,10 @@ from rag.engine.search import Searcher  # noqa: E402
 from rag.engine.types import Hit, SearchResult  # noqa: E402
 from rag.engine.weighted import WeightedRetriever  # noqa: E402
 from rag.metrics import (ANSWERABLE_LAYERS, HALVES, Gate, RetrievedChunk, class_hit_by_layer, id_half,  # noqa: E402
-                         score_question, split_halves, summarize)
+                         page_matches, score_question, split_halves, summarize)
+
+sys.path.insert(0, str(ROOT / "bench"))
+from members import STAGES as MEMBER_STAGES, PlainHybrid, diagnose, plain_member_hit, stage_counts  # noqa: E402
 
 SHARED = ROOT.parent / "shared"
 CORPORA = ("v3d-api-zh", "v3d-api-en")
@@ -316,6 +319,8 @@ def serve(folder: Path, *, timed: bool = True, sets=tuple(GOLDEN), modes=MODES, 
                 scores.append(score_question(item, retrieved_of(result)))
                 records.append(question_record(name, mode, item, result, scores[-1]))
             scored[name][mode] = scores
+    if "hybrid" in modes:
+        out["members"] = member_diagnosis(golden, searchers, queries, records)
     queries_store.save()
 
     for mode, scores in scored.get("written", {}).items():
@@ -508,6 +513,8 @@ def print_report(build_report: dict, served: dict, extra: dict) -> None:
     print_build(build_report)
     print_gates(served)
     print_quality(served["quality"])
+    if "members" in served:
+        print_members(served["members"])
     print_speed(served)
     print_scale(extra)
 
@@ -518,6 +525,49 @@ def write_dump(path: Path, records: list[dict]) -> None:
         for record in records:
             out.write(json.dumps(record, ensure_ascii=False) + "\n")
     print(f"per-question results: {path} ({len(records)} lines)", file=sys.stderr)
+
+
+def member_diagnosis(golden: dict, searchers: dict, queries: QueryVectorCache, records: list[dict]) -> dict:
+    """Per set and half: the plain hybrid retriever's member hit@3 and the stage where the engine lost each
+    member (bench/members.py); each hybrid record gains its member ranks."""
+    plains = {kb: PlainHybrid(s.searcher.reader, queries) for kb, s in searchers.items()}
+    by_id = {(r["set"], r["id"]): r for r in records if r["mode"] == "hybrid"}
+    out = {}
+    for name, items in golden.items():
+        rows = []
+        for item in items:
+            members, classes = set(item.get("expected_members") or []), item.get("expected_classes") or []
+            if not item["answerable"] or not members:
+                continue
+
+            def is_page(chunk, classes=classes) -> bool:
+                return any(page_matches(chunk, c) for c in classes)
+
+            row = diagnose(searchers[item["kb"]].searcher, plains[item["kb"]], item["question"],
+                           lambda c, members=members, is_page=is_page: c.member in members and is_page(c), is_page)
+            rows.append({**row, "half": id_half(item["id"])})
+            by_id[(name, item["id"])]["members"] = row
+        out[name] = {"plain_member_hit": {part: plain_member_hit([r for r in rows if part in ("whole", r["half"])])
+                                          for part in ("whole", *HALVES)},
+                     "engine_member_hit": {part: plain_member_hit([{**r, "plain_rank": r["engine_rank"]} for r in rows
+                                                                  if part in ("whole", r["half"])])
+                                           for part in ("whole", *HALVES)},
+                     "stages": stage_counts(rows)}
+    return out
+
+
+def print_members(members: dict) -> None:
+    print("\n== Member hit (first 3), hybrid: engine / plain hybrid retriever (cosine + BM25 of the question, RRF), "
+          "and the stage where the engine lost each member (bench/members.py) ==")
+    print(f"{'set':8s} {'whole':>13s} {'A':>13s} {'B':>13s}   " + " ".join(f"{s:>8s}" for s in MEMBER_STAGES))
+    for name, table in members.items():
+        cells = " ".join(f"{_pct(table['engine_member_hit'][p])}/{_pct(table['plain_member_hit'][p])}".rjust(13)
+                         for p in ("whole", *HALVES))
+        print(f"{name:8s} {cells}   " + " ".join(f"{table['stages'][s]:>8d}" for s in MEMBER_STAGES))
+
+
+def _pct(value) -> str:
+    return "-" if value is None else f"{value * 100:.1f}"
 
 
 def quality_only(folder: Path, args) -> int:
@@ -537,6 +587,8 @@ def quality_only(folder: Path, args) -> int:
     if served["modes"]:
         print_gates(served)
     print_quality(served["quality"])
+    if "members" in served:
+        print_members(served["members"])
     (folder / "quality.json").write_text(json.dumps({"version": args.version, **served}, ensure_ascii=False, indent=1))
     if args.dump:
         write_dump(args.dump, records)

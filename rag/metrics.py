@@ -117,7 +117,7 @@ def class_window(expected_classes: list[str]) -> int:
     return max(5, 3 * len(expected_classes))
 
 
-def _page_matches(chunk: RetrievedChunk, name: str) -> bool:
+def page_matches(chunk: RetrievedChunk, name: str) -> bool:
     """A chunk comes from the page of a class when its structured name or its file name is that class."""
     return chunk.class_name == name or PurePosixPath(chunk.source).stem == name
 
@@ -135,16 +135,16 @@ def score_question(item: dict, results: list[RetrievedChunk]) -> QuestionScore:
     window = results[: score.window]
 
     def all_classes_in(chunks, strict=False) -> bool:
-        match = (lambda c, n: c.class_name == n) if strict else _page_matches
+        match = (lambda c, n: c.class_name == n) if strict else page_matches
         return bool(expected) and all(any(match(c, name) for c in chunks) for name in expected)
 
     score.class_hit = all_classes_in(window)
     score.strict_class_hit = all_classes_in(window, strict=True)
-    score.hit_at_1 = any(_page_matches(c, n) for c in results[:1] for n in expected)
-    score.hit_at_3 = any(_page_matches(c, n) for c in results[:3] for n in expected)
+    score.hit_at_1 = any(page_matches(c, n) for c in results[:1] for n in expected)
+    score.hit_at_3 = any(page_matches(c, n) for c in results[:3] for n in expected)
     if members:
         def is_member(c: RetrievedChunk) -> bool:
-            return c.member in members and any(_page_matches(c, n) for n in expected)
+            return c.member in members and any(page_matches(c, n) for n in expected)
 
         score.member_hit = any(is_member(c) for c in results[:3])
         score.member_first = bool(results) and is_member(results[0])

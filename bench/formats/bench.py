@@ -43,6 +43,9 @@ from rag.engine.search import Searcher  # noqa: E402
 from rag.engine.text import tokenize  # noqa: E402
 from rag.metrics import RetrievedChunk, id_half, score_question  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "bench"))
+from members import STAGES, PlainHybrid, diagnose, plain_member_hit, stage_counts  # noqa: E402
+
 QUESTIONS = ROOT / "bench" / "formats" / "questions"
 OLD_COMMIT = "761c165"  # main before the readers: its hand-written HTML converter and `###` chunker
 # The generator's own member markup, independent of the readers: one id per documented member.
@@ -222,7 +225,8 @@ def retrieval_report(ref: str, root: Path, documents, chunks, store: IndexStore,
     reader = VersionReader.open(store, ref, "bench")
     searcher = Searcher(reader=reader, queries=queries, planner=Planner(reader.catalog))
     index, paths = page_bm25(root, documents)
-    engine, baseline, records = [], [], []
+    plain = PlainHybrid(reader, queries)
+    engine, baseline, records, diagnosed = [], [], [], []
     for item in questions:
         result = searcher.run(item["question"])
         hits = result.hits
@@ -234,11 +238,20 @@ def retrieval_report(ref: str, root: Path, documents, chunks, store: IndexStore,
         records.append({"id": item["id"], "question": item["question"], "plan": result.plan.kind,
                         "expected": [item.get("source"), item.get("expected_members")],
                         "top": [f"{h.chunk.source}#{h.chunk.member}" for h in hits[:5]], **engine[-1]})
+        wanted = set(item.get("expected_members") or [])
+        if item.get("answerable") and wanted:
+            source = item.get("source")
+            row = diagnose(searcher, plain, item["question"], lambda c: c.source == source and c.member in wanted,
+                           lambda c: c.source == source)
+            diagnosed.append({**row, "half": engine[-1]["half"]})
+            records[-1]["members"] = row
     parts = {"whole": lambda f: True, "A": lambda f: f["half"] == "A", "B": lambda f: f["half"] == "B"}
     return {
         "build_s": round(build_s, 1), "embedded": build.embedded,
         "engine": {name: summarize([f for f in engine if keep(f)]) for name, keep in parts.items()},
         "baseline": {name: summarize([f for f in baseline if keep(f)]) for name, keep in parts.items()},
+        "plain_member_hit3": {name: plain_member_hit([r for r in diagnosed if keep(r)]) for name, keep in parts.items()},
+        "member_stages": stage_counts(diagnosed),
         "records": records,
     }
 
@@ -269,6 +282,17 @@ def print_tables(results: dict) -> None:
             cells.append(" · ".join(f"{fmt(ret['engine'][p][key])}/{fmt(ret['baseline'][p][key])}"
                                     for p in ("whole", "A", "B")))
         print(f"| {ref} | {ret['engine']['whole']['questions']} | " + " | ".join(cells) + " |")
+    print("\n## Member hit@3: engine / plain hybrid retriever (whole · half A · half B), and where the engine lost"
+          " its members (bench/members.py)\n")
+    print("| reference | member hit@3 | " + " | ".join(STAGES) + " |")
+    print("|---|---|" + "---|" * len(STAGES))
+    for ref, r in results.items():
+        ret = r.get("retrieval")
+        if not ret or "plain_member_hit3" not in ret:
+            continue
+        cell = " · ".join(f"{fmt(ret['engine'][p]['member_hit3'])}/{fmt(ret['plain_member_hit3'][p])}"
+                          for p in ("whole", "A", "B"))
+        print(f"| {ref} | {cell} | " + " | ".join(str(ret["member_stages"][s]) for s in STAGES) + " |")
 
 
 def main() -> int:
