@@ -52,16 +52,18 @@ def class_alias_of(title: str, class_name: str) -> str:
 
 
 def member_of(heading: str) -> str:
-    """Return the identifier of a member heading: `.setPixelRatio ( value : number ) : undefined` -> `setPixelRatio`."""
-    match = MEMBER_RE.match(heading)
+    """Return the identifier of a member heading: `.setPixelRatio ( value : number ) : undefined` -> `setPixelRatio`,
+    `` `Request.send_early_hints` `` -> `send_early_hints`."""
+    match = MEMBER_RE.match(heading.replace("`", ""))
     if not match:
         return ""
     return match.group(1).split(".")[-1]
 
 
-def identifier_member_of(heading: str) -> str:
+def identifier_member_of(heading: str, code: frozenset[str] = frozenset()) -> str:
     """Return the identifier a heading names when it reads as code, not prose: `open()`, `` `max_age` ``,
-    `Session.get`, `camelCase`, `snake_case`, `CONSTANT`; "" for "Installation" or "Getting started"."""
+    `Session.get`, `camelCase`, `snake_case`, `CONSTANT`, or a word the page's own code uses (`Request` where
+    its examples write `Request(scope)`: `code`, from `code_words`); "" for "Installation" or "Getting started"."""
     quoted = re.fullmatch(r"\s*`([^`]+)`.*", heading)
     text = quoted.group(1) if quoted else heading
     member = member_of(text)
@@ -70,8 +72,27 @@ def identifier_member_of(heading: str) -> str:
     name = MEMBER_RE.match(text).group(1)
     code_like = (quoted is not None or "(" in text or "." in name or "_" in name or "$" in name
                  or re.search(r"[a-z0-9][A-Z]|[A-Z]{2}[a-z]", name) or name[0].islower()
-                 or (name.isupper() and len(name) > 1) or re.match(r"\s*\S+\s*:", text))
+                 or (name.isupper() and len(name) > 1) or re.match(r"\s*\S+\s*:", text) or name in code)
     return member if code_like else ""
+
+
+CODE_SPAN_RE = re.compile(r"`([^`\n]+)`")
+IDENTIFIER_WORD_RE = re.compile(r"[A-Za-z_$][\w$]*")
+
+
+def code_words(lines: list[str]) -> frozenset[str]:
+    """The identifiers a page writes as code: in its fenced blocks and its inline code spans."""
+    words: set[str] = set()
+    in_code = False
+    for line in lines:
+        if FENCE_RE.match(line):
+            in_code = not in_code
+        elif in_code:
+            words.update(IDENTIFIER_WORD_RE.findall(line))
+        else:
+            for span in CODE_SPAN_RE.findall(line):
+                words.update(IDENTIFIER_WORD_RE.findall(span))
+    return frozenset(words)
 
 
 def slug_of(heading: str) -> str:
@@ -139,7 +160,8 @@ class MarkdownReader:
     def run(self, page: RawPage, *, fallback_title: str = "") -> DocPage:
         body = normalise(page.text)
         lines = body.splitlines()
-        title, sections = (_member_sections(lines) if is_member_shape(lines) else _heading_sections(lines))
+        code = code_words(lines)
+        title, sections = (_member_sections(lines) if is_member_shape(lines, code) else _heading_sections(lines, code))
         title = title or fallback_title
         class_name = class_name_of(title)
         kind = "api" if any(s.member for s in sections) else PAGE_GUIDE
@@ -148,12 +170,12 @@ class MarkdownReader:
                        skipped="" if sections else "no text")
 
 
-def is_member_shape(lines: list[str]) -> bool:
+def is_member_shape(lines: list[str], code: frozenset[str] = frozenset()) -> bool:
     """Whether a page is written in the reference shape, a member per `###`: it has `###` headings and most of
     them name an identifier (`.fov : Number`, `setSize( width, height )`); a site page whose `###` headings are
     prose ("Common patterns", "Usage") is cut at every heading instead."""
     h3 = [line[4:].strip() for line in _outside_code(lines) if line.startswith("### ")]
-    return bool(h3) and sum(1 for heading in h3 if identifier_member_of(heading)) * 2 >= len(h3)
+    return bool(h3) and sum(1 for heading in h3 if identifier_member_of(heading, code)) * 2 >= len(h3)
 
 
 def _outside_code(lines: list[str]):
@@ -205,8 +227,11 @@ def _member_sections(lines: list[str]) -> tuple[str, list[Section]]:
     return title, sections
 
 
-def _heading_sections(lines: list[str]) -> tuple[str, list[Section]]:
-    """A page without `###`: one section per heading below the title, with the headings above it as its path."""
+def _heading_sections(lines: list[str], code: frozenset[str] = frozenset()) -> tuple[str, list[Section]]:
+    """A page without `###`: one section per heading below the title, with the headings above it as its path.
+
+    A section's member is its own heading's identifier, else the nearest heading above it that names one: the
+    "Parameters" or "Body" under `Request` document `Request`."""
     title = ""
     stack: list[tuple[int, str]] = []
     sections: list[Section] = []
@@ -218,7 +243,7 @@ def _heading_sections(lines: list[str]) -> tuple[str, list[Section]]:
         if not text:
             return
         headings = tuple(h for _, h in stack)
-        member = identifier_member_of(stack[-1][1]) if stack else ""
+        member = next((m for _, h in reversed(stack) if (m := identifier_member_of(h, code))), "")
         sections.append(Section(markdown=text, headings=headings, member=member,
                                 kind="member" if member else "topic", anchor=slug_of(headings[-1]) if headings else ""))
 
