@@ -139,6 +139,8 @@ class Planner:
                 remaining = remaining.replace(alias, " ")
 
         pending_members: list[str] = []
+        code_members: list[tuple[str, list[str]]] = []  # code-shaped members found, with the name they were part of
+        written_as_code: list[str] = []  # members written dotted or called: `Environment.install_null_translations`
         for raw in TOKEN_RE.findall(question):
             called = raw.rstrip().endswith(")")
             dotted = raw.startswith(".") or "." in raw.strip(".")
@@ -149,6 +151,11 @@ class Planner:
                 name = self._class_of(token)
                 # `THREE.PointsMaterial` names the class: its constructor is a member of the same name.
                 if name and not (explicit_member and token in self._members and token != name):
+                    if token == name and token.islower() and not (dotted or called or is_chinese or terse):
+                        # A page named by a plain word (a module `click`, a topic `responses`) written in English
+                        # prose is the word, not the API: it hints at the page without leading the evidence.
+                        add(hinted, name)
+                        continue
                     add(classes, name)
                     if name != token:
                         corrections.append((token, name))
@@ -156,12 +163,17 @@ class Planner:
                 member = self._member_of(token, explicit=explicit_member or is_chinese, terse=terse)
                 if member:
                     add(classes if member in self.catalog.classes else members, member)  # a constructor: its class
+                    if is_snake_case(member) or re.search(r"[a-z0-9][A-Z]", member):
+                        code_members.append((member, parts))
+                    if explicit_member:
+                        add(written_as_code, member)
                     if member != token:
                         corrections.append((token, member))
                     continue
                 if token.lower() in STOPWORDS or token.lower() in self.catalog.vocabulary:
                     continue
-                corrected = self._near_class(token, in_chinese=is_chinese)
+                # Inside code (`Templte.render_async`) a capitalised word is a name even in English prose.
+                corrected = self._near_class(token, in_chinese=is_chinese or dotted or called)
                 if corrected:
                     add(classes, corrected)
                     corrections.append((token, corrected))
@@ -200,6 +212,16 @@ class Planner:
                         add(classes, owner)
                         break
 
+        # A member written as code on a named class that neither it nor its ancestors document
+        # (`Environment.install_null_translations` on an extension's page, `abort()` beside `Response`): the one
+        # page that documents it is asked too.
+        for member in written_as_code:
+            if classes and member in members and not any(member == m for m, _ in inherited) \
+                    and not any(member in self.catalog.classes[c]["members"] for c in classes):
+                owners = self._members.get(member, set())
+                if len(owners) == 1:
+                    add(classes, next(iter(owners)))
+
         # A named class's property whose type is a documented class, named in the question's words
         # ("DirectionalLight shadows" and `.shadow : DirectionalLightShadow`): that class (and its
         # ancestors) may hold the answer, so it is hinted.
@@ -217,7 +239,9 @@ class Planner:
                                             corrected_question)
         hinted = [h for h in hinted if h not in classes]
 
-        if unknown and not classes:
+        # A question that writes this catalog's own code-shaped members (`cairo_surface_set_device_scale`) apart
+        # from the unknown name asks about these docs: "HiDPI" beside them is a word, not a missing API.
+        if unknown and not classes and not any(not set(parts) & set(unknown) for _, parts in code_members):
             kind, reason = "out_of_catalog", "names an API that is not in this knowledge base: " + ", ".join(unknown)
         else:
             kind, reason = "doc", ""

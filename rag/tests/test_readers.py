@@ -137,7 +137,25 @@ def test_a_markdown_site_page_without_h3_is_cut_at_its_own_headings():
     assert page.kind == "api"
     assert [(s.member, s.headings, s.anchor) for s in page.sections] == [
         ("", (), ""), ("", ("Installation",), "installation"), ("get", ("`Session.get(url)`",), "sessiongeturl"),
-        ("", ("`Session.get(url)`", "Parameters"), "parameters"), ("max_retries", ("max_retries",), "max_retries")]
+        ("get", ("`Session.get(url)`", "Parameters"), "parameters"), ("max_retries", ("max_retries",), "max_retries")]
+
+
+def test_a_heading_the_page_writes_as_code_is_a_member_and_its_prose_subsections_document_it():
+    body = ("# Requests\n\n## Installation\n\nRun pip install.\n\n## Request\n\n```python\nrequest = Request(scope)\n```\n\n"
+            "#### Body\n\nAwait `request.json()` for the parsed body.\n\n## Usage\n\nSee above.\n")
+
+    page = read_page(RawPage("requests.md", body, ".md"))
+
+    assert [(s.member, s.headings[-1] if s.headings else "") for s in page.sections] == [
+        ("", ""), ("", "Installation"), ("Request", "Request"), ("Request", "Body"), ("", "Usage")]
+
+
+def test_a_member_heading_in_backticks_is_read_as_its_member():
+    body = "# Early hints\n\nIntro.\n\n### `Request.send_early_hints`\n\nSend a 103 response.\n"
+
+    page = read_page(RawPage("early-hints.md", body, ".md"))
+
+    assert [s.member for s in page.sections] == ["", "send_early_hints"]
 
 
 def test_mkdocs_admonitions_and_tabs_and_docusaurus_admonitions_become_plain_markdown():
@@ -212,6 +230,41 @@ def test_a_snake_case_member_in_english_prose_is_read_as_that_member(python_cata
     plan = Planner(python_catalog).run("how do I call get_current_context from a helper function")
 
     assert plan.members == ("get_current_context",)
+
+
+def test_a_page_named_by_a_plain_word_in_english_prose_is_a_hint_and_as_code_a_class(python_catalog):
+    planner = Planner(python_catalog)
+
+    prose = planner.run("how do I test a click command that writes files")
+    code = planner.run("what does click.echo print to")
+
+    assert (prose.classes, prose.hinted_classes) == ((), ("click",))
+    assert code.classes == ("click",)
+
+
+def test_a_member_written_as_code_on_a_class_that_lacks_it_brings_the_page_that_documents_it(tmp_path):
+    (tmp_path / "Response.md").write_text("# Response\n\n### .status : int\n\nThe status code.\n", encoding="utf-8")
+    (tmp_path / "exceptions.md").write_text("# exceptions\n\n### abort( status )\n\nRaise an HTTP error.\n",
+                                            encoding="utf-8")
+    (tmp_path / "Template.md").write_text("# Template\n\n### .render_async()\n\nRender asynchronously.\n",
+                                          encoding="utf-8")
+    planner = Planner(Catalog.from_chunks(chunk_documents(read_folder(tmp_path))))
+
+    called = planner.run("Can abort() take a Response object instead of a status code?")
+    misspelt = planner.run("Templte.render_async needs what setting?")
+
+    assert called.classes == ("Response", "exceptions") and called.members == ("abort",)
+    assert misspelt.classes == ("Template",) and ("Templte", "Template") in misspelt.corrections
+
+
+def test_a_question_writing_the_catalogs_own_members_beside_an_unknown_name_is_about_these_docs(python_catalog):
+    planner = Planner(python_catalog)
+
+    beside = planner.run("On HiDPI screens should get_current_context be called first?")
+    on_it = planner.run("How do I call HiDPIScreen.get_current_context?")
+
+    assert (beside.kind, beside.members) == ("doc", ("get_current_context",))
+    assert on_it.kind == "out_of_catalog"
 
 
 def test_a_misspelt_snake_case_member_is_corrected_when_no_class_is_named(python_catalog):
