@@ -16,10 +16,16 @@ class Adopter:
     class_evidence: int = 5  # a class's strength is the summed fused score of its best this-many chunks
 
     def run(self, fused: list[int], classes: list[str], class_of, excluded: set[int] = frozenset(),
-            scores: dict | None = None) -> list[int]:
+            scores: dict | None = None, follows: frozenset[int] | set[int] = frozenset(),
+            overviews: frozenset[int] | set[int] = frozenset()) -> list[int]:
+        """`follows`: chunks that never lead a question naming no class (release notes: they name every API they
+        changed); they keep their fused order after the leads. `overviews`: the chunks that introduce a page
+        rather than document one of its members (see _spread)."""
         candidates = [i for i in fused if i not in excluded]
         if not classes and scores is not None and self.spread > 1:
-            return self._spread(candidates, class_of, scores)[: self.single]
+            leading = [i for i in candidates if i not in follows]
+            lead = self._spread(leading, class_of, scores, overviews)[: self.spread]
+            return (lead + [i for i in candidates if i not in lead])[: self.single]
         if len(classes) == 1:
             # The named class leads with its best `per_class` chunks; the places after them go to other pages
             # first, since a class named in passing ("with GLTFLoader, my model is darker") may not be where
@@ -37,8 +43,9 @@ class Adopter:
                     adopted.append(queues[name][round_no])
         return adopted
 
-    def _spread(self, candidates: list[int], class_of, scores: dict) -> list[int]:
-        """Keep the single best chunk first, then lead with the best chunk of each strongest other class.
+    def _spread(self, candidates: list[int], class_of, scores: dict, overviews=frozenset()) -> list[int]:
+        """Keep the single best chunk first (a page's member before its introduction), then lead with the best
+        chunk of each strongest other class.
 
         With no class named, the evidence usually sits in one class; a class's strength is the summed
         fused score of its best `class_evidence` chunks, so a class that several routes agree on rises,
@@ -51,5 +58,10 @@ class Adopter:
             by_class.setdefault(class_of(i), []).append(i)
         ranked = sorted(by_class, key=lambda c: -sum(scores[i] for i in by_class[c][: self.class_evidence]))
         first = candidates[0]
+        if first in overviews and len(candidates) > 1 and candidates[1] not in overviews \
+                and class_of(candidates[1]) == class_of(first):
+            # The page's introduction and then one of its members: the member is what was asked about, and
+            # the page still leads.
+            first = candidates[1]
         lead = [first] + [by_class[c][0] for c in ranked if c != class_of(first)][: self.spread - 1]
         return lead + [i for i in candidates if i not in lead]

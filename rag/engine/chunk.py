@@ -220,6 +220,7 @@ class Chunker:
         if page.kind == PAGE_GUIDE and page.generator == "markdown" and len(document.text.strip()) <= self.max_chars:
             sections = [Section(markdown=document.text.strip())]  # a page shorter than one chunk stays one
         summaries = _summaries(page)
+        changelog = is_changelog(page)
         chunks: list[Chunk] = []
         if sections and self.boilerplate and len(sections) > 1:
             sections[-1] = replace(sections[-1], markdown=self._strip_footer(sections[-1].markdown))
@@ -230,6 +231,8 @@ class Chunker:
                 continue
             owner = section.owner or page.symbol
             kind = "file" if page.kind == PAGE_FILE and not section.member and owner == page.symbol else section.kind
+            if changelog and not section.member:
+                kind = CHANGELOG
             path = (title, *section.headings)
             for part, piece in enumerate(split_text(section.markdown, max_chars=self.max_chars, overlap=self.overlap)):
                 index = len(chunks)
@@ -251,6 +254,19 @@ class Chunker:
                     )
                 )
         return chunks
+
+
+CHANGELOG = "changelog"  # the kind of a release-notes page's sections (is_changelog)
+VERSION_HEADING_RE = re.compile(r"^\s*(?:v(?:ersion)?\s*)?\d+(?:\.\d+)+", re.IGNORECASE)
+
+
+def is_changelog(page: DocPage) -> bool:
+    """A release-notes page: at least 3 of its headings, and half of them, start with a version number
+    ("1.10.0 (October 24, 2026)", "Version 2.2.2", "v5.1"). It names every API it ever changed, so it answers
+    what changed, not how an API works."""
+    headings = list(dict.fromkeys(s.headings[-1] for s in page.sections if s.headings))
+    versions = sum(1 for heading in headings if VERSION_HEADING_RE.match(heading))
+    return versions >= 3 and versions * 2 >= len(headings)
 
 
 def document_page(document: SourceDocument) -> DocPage:

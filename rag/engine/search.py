@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 from .adopt import Adopter
+from .chunk import CHANGELOG
 from .complete import Completer
 from .compose import read_intent
 from .embed import QueryVectorCache
@@ -185,7 +186,10 @@ class Searcher:
                     extra, _ = top_positions(dense_scores, adopter.per_class, mask=reader.class_mask(name))
                     order.extend(extra)
         fused_score = dict(fused)
-        adopted = adopter.run(order, classes, lambda i: reader.chunks[i].class_name, excluded, scores=fused_score)
+        follows = {i for i in order if reader.chunks[i].kind == CHANGELOG}
+        overviews = {i for i in order if not reader.chunks[i].member}
+        adopted = adopter.run(order, classes, lambda i: reader.chunks[i].class_name, excluded, scores=fused_score,
+                              follows=follows, overviews=overviews)
         if dense_scores is not None:
             raw = dense_scores
         elif bm25 is not None:

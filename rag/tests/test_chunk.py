@@ -145,6 +145,17 @@ def test_a_longer_page_without_member_headings_is_cut_at_its_own_headings():
     assert chunks[-1].text == "## 配置\n\n写好配置文件。"
 
 
+def test_a_release_notes_page_is_read_as_one_by_its_version_headings():
+    releases = "".join(f"## {v} (May {n}, 2026)\n\n" + f"Fixed `Session.get` in {v}. " * 40 + "\n\n"
+                       for n, v in enumerate(("2.1.0", "2.0.1", "2.0.0"), start=1))
+    notes = Chunker().run(make_document(f"# Release notes\n\n{releases}", "release-notes.md"))
+    history = Chunker().run(make_document("# History\n\n" + "How the project began. " * 40
+                                          + "\n\n## 1.0.0\n\nThe first release.\n\n## Later\n\nMore.\n"))
+
+    assert {c.kind for c in notes if c.heading_path[1:]} == {"changelog"}
+    assert "changelog" not in {c.kind for c in history}
+
+
 def test_headings_without_body_make_no_chunk(fixture_chunks):
     headings_only = [c for c in fixture_chunks if all(not line.strip() or line.startswith("#")
                                                        for line in c.text.splitlines())]

@@ -145,6 +145,26 @@ def test_a_class_less_question_leads_with_the_best_chunk_of_the_strongest_classe
     assert adopted == [0, 4, 5, 1, 2]
 
 
+def test_a_page_introduction_followed_by_one_of_its_members_leads_with_the_member():
+    class_of = make_class_of({0: "A", 1: "A", 2: "B", 3: "C", 4: "A", 5: "D", 6: "E"})
+    scores = {0: 0.9, 1: 0.8, 2: 0.7, 3: 0.6, 4: 0.5, 5: 0.4, 6: 0.3}
+
+    member_next = Adopter().run(list(range(7)), [], class_of, scores=scores, overviews={0})
+    other_page_next = Adopter().run([0, 2, 1, 3, 4, 5, 6], [], class_of, scores=scores, overviews={0})
+
+    assert member_next == [1, 2, 3, 5, 6]  # A still leads, by the member asked about
+    assert other_page_next == [0, 2, 3, 5, 6]
+
+
+def test_release_notes_never_lead_a_class_less_question_and_follow_the_leads():
+    class_of = make_class_of({0: "changes", 1: "changes", 2: "A", 3: "B", 4: "C", 5: "D", 6: "A"})
+    scores = {0: 0.9, 1: 0.85, 2: 0.8, 3: 0.6, 4: 0.5, 5: 0.4, 6: 0.3}
+
+    adopted = Adopter(single=7).run(list(range(7)), [], class_of, scores=scores, follows={0, 1})
+
+    assert adopted == [2, 3, 4, 5, 6, 0, 1]
+
+
 def test_a_class_less_question_without_scores_adopts_the_top_5():
     class_of = make_class_of({i: "A" for i in range(8)})
 
