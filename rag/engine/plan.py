@@ -83,11 +83,15 @@ class Planner:
     _lower_classes: dict[str, str] = field(default_factory=dict, repr=False)
     _members: dict[str, set[str]] = field(default_factory=dict, repr=False)
     _lower_members: dict[str, str] = field(default_factory=dict, repr=False)
+    _words_by_length: dict[int, list[str]] = field(default_factory=dict, repr=False)  # vocabulary, 7+ characters
     _han_aliases: list[tuple[str, str]] = field(default_factory=list, repr=False)
     _phrases: dict[str, str] = field(default_factory=dict, repr=False)
     _phrase_re: re.Pattern | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
+        for word in sorted(self.catalog.vocabulary):
+            if len(word) >= 7:
+                self._words_by_length.setdefault(len(word), []).append(word)
         self._lower_classes = {n.lower(): n for n in sorted(self.catalog.classes) if self.catalog.is_class(n)}
         for name, entry in self.catalog.classes.items():
             for member in entry["members"]:
@@ -193,7 +197,11 @@ class Planner:
                 # Only a class-like name (`ArcRotateCamera`) can be an API the docs lack; a lowercase
                 # identifier in pasted code (`myText`, `gltfLoader`) is a variable, never an unknown class, and
                 # a name in a pasted error line (`OperationalError:`) belongs to the error.
-                unknown.append(token)
+                word = self._near_word(token)
+                if word:  # a misspelt name the docs write in their text or code (`Jinja2Templtes`)
+                    corrections.append((token, word))
+                else:
+                    unknown.append(token)
 
         if CONSTRUCTOR_RE.search(question):
             for name in classes:
@@ -300,6 +308,19 @@ class Planner:
         match = process.extractOne(token.lower(), self._lower_classes.keys(), scorer=Levenshtein.distance,
                                    score_cutoff=budget)
         return self._lower_classes[match[0]] if match else None
+
+    def _near_word(self, token: str) -> str | None:
+        """A long class-like name one or two edits from an identifier the docs write (the catalog's vocabulary:
+        `Jinja2Templtes` -> `jinja2templates`), when the catalog has no page of that name: a typo of these docs'
+        own word, not an API they lack. Only names of 8 characters or more, one edit up to 11, two from 12."""
+        if len(token) < 8:
+            return None
+        budget = 1 if len(token) < 12 else 2
+        lowered = token.lower()
+        candidates = [w for n in range(len(lowered) - budget, len(lowered) + budget + 1)
+                      for w in self._words_by_length.get(n, ())]
+        match = process.extractOne(lowered, candidates, scorer=Levenshtein.distance, score_cutoff=budget)
+        return match[0] if match else None
 
     def _near_any_member(self, token: str) -> str | None:
         """A misspelt member when the question names no class: only a long code-shaped name (camelCase or

@@ -267,6 +267,18 @@ def test_a_question_writing_the_catalogs_own_members_beside_an_unknown_name_is_a
     assert on_it.kind == "out_of_catalog"
 
 
+def test_a_misspelt_name_the_docs_write_is_a_typo_not_an_unknown_api(tmp_path):
+    (tmp_path / "templates.md").write_text(
+        "# Templates\n\nCreate `templates = Jinja2Templates(directory='templates')` once.\n", encoding="utf-8")
+    planner = Planner(Catalog.from_chunks(chunk_documents(read_folder(tmp_path))))
+
+    typo = planner.run("Jinja2Templtes 里怎么加 context processor？")
+    missing = planner.run("How do I use the MakoTemplates loader?")
+
+    assert typo.kind == "doc" and ("Jinja2Templtes", "jinja2templates") in typo.corrections
+    assert missing.kind == "out_of_catalog"
+
+
 def test_a_misspelt_snake_case_member_is_corrected_when_no_class_is_named(python_catalog):
     plan = Planner(python_catalog).run("what does get_curent_context return when there is none")
 
