@@ -129,7 +129,7 @@ class EvidenceSignals:
     pasted_error: bool  # the question pastes an error or traceback line
     member_found: bool  # a first-window hit is a named member's own section (of a named class when one is)
     words: int  # the question's distinct words (stemmed, 2+ characters), rag.engine.text.tokenize
-    coverage: float  # the part of those words the first hit contains
+    coverage: float  # the part of those words the first hit contains (or a section completion added for its page)
     cosine: float  # the question's cosine to the first hit (its BM25 score in a BM25-only search)
     lead_share: float  # the first hit's class's part of the fused score of all hits (reported, not used)
     margin: float  # (s1 - s2) / s1 of the fused scores (reported, not used)
@@ -155,7 +155,11 @@ def evidence_signals(plan: Plan, hits: list[Hit]) -> EvidenceSignals:
     first = hits[0].chunk if hits else None
     lead = first.class_name if first else ""
     words = {t for t in tokenize(plan.corrected_question or plan.question, stem=True) if len(t) > 1}
-    found = set(tokenize(f"{first.member}\n{first.text}", stem=True)) if first else set()
+    # The lead's words: its first hit's, or those of a section completion added for the same page (its code
+    # example, the group note its member requires: rag.engine.complete), whichever holds more of the question's.
+    lead_hits = [first, *(h.chunk for h in hits[1:] if h.source == "structure" and h.chunk.class_name == lead)] \
+        if first else []
+    found = max((set(tokenize(f"{c.member}\n{c.text}", stem=True)) & words for c in lead_hits), key=len, default=set())
     total = sum(max(h.score, 0.0) for h in hits)
     s1 = hits[0].score if hits else 0.0
     s2 = hits[1].score if len(hits) > 1 else 0.0

@@ -390,6 +390,17 @@ def test_signals_read_the_named_member_coverage_and_cosine_of_the_first_hit():
     assert read.lead_share == 1.0 and read.margin == pytest.approx(2 / 3)
 
 
+def test_the_leads_words_include_a_section_completion_added_for_its_page_but_not_another_pages():
+    plan = replace(PLAN, corrected_question="cast shadow example code")
+    first = make_hit("castShadow", "### .castShadow : Boolean\n\nCasts dynamic shadows.")
+    example = replace(make_hit("", "```js\nlight.castShadow = true; // example code\n```"), source="structure")
+    elsewhere = replace(make_hit("", "example code", class_name="WebGLRenderer"), source="structure")
+
+    assert evidence_signals(plan, [first]).coverage == 0.5  # cast, shadow
+    assert evidence_signals(plan, [first, example]).coverage == 1.0
+    assert evidence_signals(plan, [first, elsewhere]).coverage == 0.5
+
+
 def test_a_question_naming_nothing_is_low_when_its_words_are_not_in_the_evidence():
     plan = docs_plan("How do I change the colours of the sky?")
 
