@@ -23,6 +23,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from rag.engine.embed import QueryVectorCache
 from rag.engine.fuse import rrf_fuse
 from rag.engine.index import VersionReader, top_positions
 from rag.engine.retrieve import make_ranking
@@ -37,18 +38,13 @@ class PlainHybrid:
     """Cosine over every chunk and BM25 of the whole question, fused by RRF with equal weights."""
 
     reader: VersionReader
-    queries: object  # a QueryVectorCache: the engine's own question vectors
+    queries: QueryVectorCache  # the engine's own question vectors
 
     def run(self, question: str, k: int = DEPTH) -> list[int]:
         reader = self.reader
         vector, _ = self.queries.embed_query(question)
-        rankings = []
-        scores = reader.dense_scores(vector)
-        if scores is not None:
-            ids, values = top_positions(scores, k)
-        else:
-            ids, values = reader.dense_search(vector, k)
-        rankings.append(make_ranking(RouteKind.DENSE, ids, values, reader))
+        ids, values = reader.dense_search(vector, k)  # in memory, or through the ANN index
+        rankings = [make_ranking(RouteKind.DENSE, ids, values, reader)]
         bm25 = reader.bm25_scores(reader.tokenize(question))
         ids, values = top_positions(bm25, k, mask=bm25 > 0)
         if ids:
