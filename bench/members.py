@@ -89,7 +89,6 @@ def stage_counts(rows: list[dict]) -> dict[str, int]:
     return {stage: counts.get(stage, 0) for stage in STAGES}
 
 
-def plain_member_hit(rows: list[dict]) -> float | None:
-    """The plain retriever's member hit@3 over the diagnosed questions."""
-    return round(sum(1 for r in rows if r["plain_rank"] is not None and r["plain_rank"] <= 3) / len(rows), 3) \
-        if rows else None
+def member_hit3(rows: list[dict], rank: str = "plain_rank") -> float | None:
+    """The share of diagnosed questions whose member is in the first 3 by `rank` ("plain_rank", "engine_rank")."""
+    return round(sum(1 for r in rows if r[rank] is not None and r[rank] <= 3) / len(rows), 3) if rows else None

@@ -47,7 +47,7 @@ from rag.metrics import (ANSWERABLE_LAYERS, HALVES, Gate, RetrievedChunk, class_
                          page_matches, score_question, split_halves, summarize)
 
 sys.path.insert(0, str(ROOT / "bench"))
-from members import STAGES as MEMBER_STAGES, PlainHybrid, diagnose, plain_member_hit, stage_counts  # noqa: E402
+from members import STAGES as MEMBER_STAGES, PlainHybrid, diagnose, member_hit3, stage_counts  # noqa: E402
 
 SHARED = ROOT.parent / "shared"
 CORPORA = ("v3d-api-zh", "v3d-api-en")
@@ -547,11 +547,9 @@ def member_diagnosis(golden: dict, searchers: dict, queries: QueryVectorCache, r
                            lambda c, members=members, is_page=is_page: c.member in members and is_page(c), is_page)
             rows.append({**row, "half": id_half(item["id"])})
             by_id[(name, item["id"])]["members"] = row
-        out[name] = {"plain_member_hit": {part: plain_member_hit([r for r in rows if part in ("whole", r["half"])])
-                                          for part in ("whole", *HALVES)},
-                     "engine_member_hit": {part: plain_member_hit([{**r, "plain_rank": r["engine_rank"]} for r in rows
-                                                                  if part in ("whole", r["half"])])
-                                           for part in ("whole", *HALVES)},
+        parts = {part: [r for r in rows if part in ("whole", r["half"])] for part in ("whole", *HALVES)}
+        out[name] = {"plain_member_hit": {part: member_hit3(kept) for part, kept in parts.items()},
+                     "engine_member_hit": {part: member_hit3(kept, "engine_rank") for part, kept in parts.items()},
                      "stages": stage_counts(rows)}
     return out
 

@@ -44,7 +44,7 @@ from rag.engine.text import tokenize  # noqa: E402
 from rag.metrics import RetrievedChunk, id_half, score_question  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "bench"))
-from members import STAGES, PlainHybrid, diagnose, plain_member_hit, stage_counts  # noqa: E402
+from members import STAGES, PlainHybrid, diagnose, member_hit3, stage_counts  # noqa: E402
 
 QUESTIONS = ROOT / "bench" / "formats" / "questions"
 OLD_COMMIT = "761c165"  # main before the readers: its hand-written HTML converter and `###` chunker
@@ -250,7 +250,7 @@ def retrieval_report(ref: str, root: Path, documents, chunks, store: IndexStore,
         "build_s": round(build_s, 1), "embedded": build.embedded,
         "engine": {name: summarize([f for f in engine if keep(f)]) for name, keep in parts.items()},
         "baseline": {name: summarize([f for f in baseline if keep(f)]) for name, keep in parts.items()},
-        "plain_member_hit3": {name: plain_member_hit([r for r in diagnosed if keep(r)]) for name, keep in parts.items()},
+        "plain_member_hit3": {name: member_hit3([r for r in diagnosed if keep(r)]) for name, keep in parts.items()},
         "member_stages": stage_counts(diagnosed),
         "records": records,
     }

@@ -370,7 +370,6 @@ def test_an_agentic_answer_whose_search_finds_the_index_building_counts_against_
     assert [(r.status_code, r.json()["error"]["code"]) for r in replies] == [(503, "index_building")] * 2
 
 
-
 @NOON
 def test_an_agentic_answer_over_a_scope_still_building_calls_no_model_and_spends_no_token_share(
         client, vision, building_kb, settings):
@@ -382,6 +381,7 @@ def test_an_agentic_answer_over_a_scope_still_building_calls_no_model_and_spends
 
     assert [(r.status_code, r.json()["error"]["code"]) for r in replies] == [(503, "index_building")] * 3
     assert vision.calls == []
+
 
 @NOON
 def test_an_agentic_stream_whose_search_finds_the_index_building_counts_against_no_limit(client, vision, building_kb,

@@ -186,8 +186,10 @@ class Searcher:
                     extra, _ = top_positions(dense_scores, adopter.per_class, mask=reader.class_mask(name))
                     order.extend(extra)
         fused_score = dict(fused)
-        follows = {i for i in order if reader.chunks[i].kind == CHANGELOG}
-        overviews = {i for i in order if not reader.chunks[i].member}
+        follows = overviews = frozenset()
+        if not classes:  # only the spread of a question naming no class reads them
+            follows = {i for i in order if reader.chunks[i].kind == CHANGELOG}
+            overviews = {i for i in order if not reader.chunks[i].member}
         adopted = adopter.run(order, classes, lambda i: reader.chunks[i].class_name, excluded, scores=fused_score,
                               follows=follows, overviews=overviews)
         if dense_scores is not None:
