@@ -353,8 +353,15 @@ def llm_server():
         protocol_version = "HTTP/1.1"
 
         def do_POST(self):  # noqa: N802 - the http.server API
-            body = self.read_json()
+            length = int(self.headers.get("Content-Length", 0))
+            raw = self.rfile.read(length)
+            body = json.loads(raw) if len(raw) == length and raw else {}
             state.calls.append({"path": self.path, "headers": dict(self.headers), "body": body})
+            if len(raw) < length:  # the client hung up while it was still sending its request
+                state.hung_up = True
+                state.closed.set()
+                self.close_connection = True
+                return None
             kind, text = state.replies.pop(0) if state.replies else ("ok", state.default_text)
             if self.path != "/v1/chat/completions":
                 return self.send_json(404, {"error": "not found"})
