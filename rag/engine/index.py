@@ -41,6 +41,7 @@ EMBEDDING_CACHE_TABLE = "embedding_cache"
 MANIFEST = "manifest.json"
 CHUNKS_FILE = "chunks.json"
 VECTORS_FILE = "vectors.npy"
+FIELD_VECTORS_FILE = "field_vectors.npy"  # each chunk's field (Chunk.field_text): the member field route reads it
 TOKENIZER = "stem"  # how this build tokenizes for BM25 (text.tokenize); a version built before says nothing
 # The chunk fields in the order of the LanceDB table (and of the columns of chunks.json).
 CHUNK_FIELDS = ("chunk_id", "source", "title", "class_name", "class_alias", "member", "heading_path",
@@ -61,6 +62,7 @@ class BuildReport:
     dimension: int
     model_id: str
     timings_s: dict
+    fields_embedded: int = 0  # distinct field texts embedded now (Chunk.field_text)
 
 
 def table_name(kb: str, version: str) -> str:
@@ -145,8 +147,9 @@ def _file_entry(data: bytes | memoryview) -> dict:
     return {"bytes": len(data) if isinstance(data, bytes) else data.nbytes, "sha1": hashlib.sha1(data).hexdigest()}
 
 
-def write_memory_files(folder: Path, chunks: list[Chunk], vectors: np.ndarray) -> dict:
-    """Write the chunks (as columns) and vectors an in-memory search needs; return their manifest entries."""
+def write_memory_files(folder: Path, chunks: list[Chunk], vectors: np.ndarray, field_vectors: np.ndarray) -> dict:
+    """Write the chunks (as columns), vectors and field vectors an in-memory search needs; return their manifest
+    entries."""
     columns: dict[str, list] = {name: [] for name in CHUNK_FIELDS}
     for chunk in chunks:
         for name in CHUNK_FIELDS:
@@ -154,14 +157,18 @@ def write_memory_files(folder: Path, chunks: list[Chunk], vectors: np.ndarray) -
             columns[name].append(list(value) if name == "heading_path" else value)
     data = json.dumps(columns, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
     (folder / CHUNKS_FILE).write_bytes(data)
-    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-    np.save(folder / VECTORS_FILE, vectors, allow_pickle=False)
-    # The vectors' checksum covers the array's bytes, which np.load returns without a second read.
-    return {CHUNKS_FILE: _file_entry(data), VECTORS_FILE: _file_entry(memoryview(vectors).cast("B"))}
+    entries = {CHUNKS_FILE: _file_entry(data)}
+    for name, array in ((VECTORS_FILE, vectors), (FIELD_VECTORS_FILE, field_vectors)):
+        array = np.ascontiguousarray(array, dtype=np.float32)
+        np.save(folder / name, array, allow_pickle=False)
+        # The checksum covers the array's bytes, which np.load returns without a second read.
+        entries[name] = _file_entry(memoryview(array).cast("B"))
+    return entries
 
 
-def _read_memory_files(folder: Path, manifest: dict) -> tuple[list[Chunk], np.ndarray]:
-    """Read and check chunks.json and vectors.npy against the manifest; raise IndexError_ when they do not match."""
+def _read_memory_files(folder: Path, manifest: dict) -> tuple[list[Chunk], np.ndarray, np.ndarray | None]:
+    """Read and check chunks.json, vectors.npy and field_vectors.npy (None in a version built before them) against
+    the manifest; raise IndexError_ when they do not match."""
     entries = manifest["memory_files"]
     count, dimension = manifest["chunk_count"], manifest["dimension"]
     try:
@@ -179,18 +186,25 @@ def _read_memory_files(folder: Path, manifest: dict) -> tuple[list[Chunk], np.nd
             Chunk(**{name: tuple(value) if name == "heading_path" else value for name, value in zip(CHUNK_FIELDS, row)})
             for row in zip(*(columns[name] for name in CHUNK_FIELDS))
         ]
-        vectors = np.load(folder / VECTORS_FILE, allow_pickle=False)
-        if vectors.dtype != np.float32 or vectors.shape != (count, dimension) or not vectors.flags.c_contiguous:
-            raise IndexError_(f"{VECTORS_FILE} holds {vectors.dtype} {vectors.shape}, expected float32 "
-                              f"({count}, {dimension})")
-        if _file_entry(memoryview(vectors).cast("B")) != entries[VECTORS_FILE]:
-            raise IndexError_(f"{VECTORS_FILE} does not match the manifest (checksum)")
+        vectors = _read_vectors(folder, VECTORS_FILE, entries[VECTORS_FILE], (count, dimension))
+        field_vectors = None
+        if FIELD_VECTORS_FILE in entries:
+            field_vectors = _read_vectors(folder, FIELD_VECTORS_FILE, entries[FIELD_VECTORS_FILE], (count, dimension))
     except IndexError_:
         raise
     except (OSError, ValueError, KeyError, TypeError) as exc:  # missing, truncated or not what it claims
         raise IndexError_(f"cannot read the in-memory files of version {manifest.get('version')}: "
                           f"{type(exc).__name__}: {exc}") from exc
-    return chunks, vectors
+    return chunks, vectors, field_vectors
+
+
+def _read_vectors(folder: Path, name: str, entry: dict, shape: tuple[int, int]) -> np.ndarray:
+    vectors = np.load(folder / name, allow_pickle=False)
+    if vectors.dtype != np.float32 or vectors.shape != shape or not vectors.flags.c_contiguous:
+        raise IndexError_(f"{name} holds {vectors.dtype} {vectors.shape}, expected float32 {shape}")
+    if _file_entry(memoryview(vectors).cast("B")) != entry:
+        raise IndexError_(f"{name} does not match the manifest (checksum)")
+    return vectors
 
 
 @dataclass
@@ -252,6 +266,19 @@ class EmbeddingCache:
             except (ValueError, OSError):  # another process created it first: add to theirs
                 pass
         db.open_table(self.table).add(data)
+
+
+@dataclass(frozen=True)
+class Embedded:
+    """What embedding a version's chunks gave: a vector per chunk and per chunk's field (Chunk.field_text)."""
+
+    vectors: np.ndarray
+    field_vectors: np.ndarray
+    hashes: list[str]  # the chunks' text hashes, then their fields'
+    embedded: int  # distinct chunk texts embedded now
+    fields_embedded: int  # distinct field texts embedded now (not also a chunk's text)
+    reused: int  # chunks whose vector came from the cache or a pack
+    timings: dict[str, float]
 
 
 @dataclass
@@ -320,14 +347,26 @@ class IndexStore:
             shutil.rmtree(staging, ignore_errors=True)
 
     def embed_chunks(self, chunks: list[Chunk], embedder: Embedder, *, progress=None,
-                     prebuilt: dict[str, np.ndarray] | None = None) -> tuple[np.ndarray, int, int, dict[str, float]]:
-        """The vector of every chunk: from the embedding cache, else from `prebuilt` (a source folder's pack,
-        see vectorpack.py), else embedded now and cached. Returns the vectors, how many distinct texts were
-        embedded, how many chunks took a vector that was not embedded now (reused), and timings."""
+                     prebuilt: dict[str, np.ndarray] | None = None) -> "Embedded":
+        """The vector of every chunk and of its field (Chunk.field_text), in one pass: from the embedding cache,
+        else from `prebuilt` (a source folder's pack, see vectorpack.py), else embedded now and cached."""
+        count = len(chunks)
+        texts = [c.embedding_text for c in chunks] + [c.field_text for c in chunks]
+        hashes = [c.text_hash for c in chunks] + [c.field_hash for c in chunks]
+        vectors, missing, timings = self._embed_texts(texts, hashes, embedder, progress=progress, prebuilt=prebuilt)
+        return Embedded(
+            vectors=vectors[:count], field_vectors=vectors[count:], hashes=hashes,
+            embedded=len({h for h in hashes[:count] if h in missing}),
+            fields_embedded=len({h for h in hashes[count:] if h in missing} - set(hashes[:count])),
+            reused=sum(1 for h in hashes[:count] if h not in missing), timings=timings)
+
+    def _embed_texts(self, texts: list[str], hashes: list[str], embedder: Embedder, *, progress=None,
+                     prebuilt: dict[str, np.ndarray] | None = None) -> tuple[np.ndarray, set[str], dict[str, float]]:
+        """The vectors of texts by hash (cache, pack, else embedded now, each distinct text once); the hashes
+        embedded now; timings."""
         timings: dict[str, float] = {}
         started = time.perf_counter()
         cache = EmbeddingCache(self.lancedb_uri, embedder.dimension, self.storage_options)
-        hashes = [c.text_hash for c in chunks]
         known = cache.lookup(embedder.model_id, hashes)
         shipped = {h: prebuilt[h] for h in set(hashes) - known.keys() if prebuilt and h in prebuilt}
         unique_missing: dict[str, int] = {}
@@ -342,7 +381,7 @@ class IndexStore:
         batch = 16
         for start in range(0, len(order), batch):
             part = order[start : start + batch]
-            vectors = embedder.embed_passages([chunks[i].embedding_text for _, i in part])
+            vectors = embedder.embed_passages([texts[i] for _, i in part])
             if vectors.ndim != 2 or vectors.shape != (len(part), embedder.dimension):
                 raise IndexError_(f"embedder returned vectors of shape {vectors.shape}, expected "
                                   f"{len(part)} x {embedder.dimension} dims")
@@ -357,8 +396,7 @@ class IndexStore:
         if fresh:
             cache.store(embedder.model_id, list(fresh), np.stack(list(fresh.values())))
         vectors = np.stack([known[h] if h in known else fresh[h] for h in hashes]).astype(np.float32)
-        reused = sum(1 for h in hashes if h not in unique_missing)
-        return vectors, len(unique_missing), reused, timings
+        return vectors, set(unique_missing), timings
 
     def build(self, kb: str, version: str, chunks: list[Chunk], embedder: Embedder, progress=None,
               prebuilt: dict[str, np.ndarray] | None = None) -> BuildReport:
@@ -366,7 +404,8 @@ class IndexStore:
         if not chunks:
             raise IndexError_("no chunks to index: the source folder holds no Markdown or HTML pages")
         started = time.perf_counter()
-        vectors, embedded, reused, timings = self.embed_chunks(chunks, embedder, progress=progress, prebuilt=prebuilt)
+        found = self.embed_chunks(chunks, embedder, progress=progress, prebuilt=prebuilt)
+        vectors, embedded, timings = found.vectors, found.embedded, found.timings
 
         def phase_done() -> None:
             """Report progress between the phases after embedding too, so a long BM25 build or vector write still
@@ -403,7 +442,7 @@ class IndexStore:
 
                 table.create_index("vector", config=IvfHnswSq(distance_type="cosine"))
             else:
-                memory_files = write_memory_files(folder, chunks, vectors)
+                memory_files = write_memory_files(folder, chunks, vectors, found.field_vectors)
             if table.count_rows() != len(chunks):
                 raise IndexError_(f"vector table holds {table.count_rows()} rows, expected {len(chunks)}")
             timings["write"] = time.perf_counter() - t0
@@ -443,7 +482,8 @@ class IndexStore:
             version=version,
             chunk_count=len(chunks),
             embedded=embedded,
-            reused=reused,
+            reused=found.reused,
+            fields_embedded=found.fields_embedded,
             dimension=int(vectors.shape[1]),
             model_id=embedder.model_id,
             timings_s={k: round(v, 3) for k, v in timings.items()},
@@ -535,6 +575,7 @@ class VersionReader:
     vectors: np.ndarray | None
     table: object
     head: object  # BM25 over member names and first sentences
+    field_vectors: np.ndarray | None = None  # each chunk's field vector; None: ANN-searched or built before them
     _class_token_cache: dict = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -568,9 +609,9 @@ class VersionReader:
         if manifest is None:
             manifest = store.load_manifest(kb, version)
         in_memory = manifest["chunk_count"] <= store.ann_min_vectors
-        table = None
+        table = field_vectors = None
         if in_memory and "memory_files" in manifest:
-            chunks, vectors = _read_memory_files(folder, manifest)
+            chunks, vectors, field_vectors = _read_memory_files(folder, manifest)
         else:  # built before the in-memory files, or searched through the ANN index
             db = store.connect()
             table = db.open_table(table_name(kb, version))
@@ -589,7 +630,8 @@ class VersionReader:
             head = bm25s.BM25.load(str(folder / "bm25_head"), show_progress=False, verbosity=0)
         else:  # a version built before head indexes existed
             head = build_head_index(chunks, stem=manifest.get("tokenizer") == TOKENIZER)
-        return cls(kb, version, manifest, chunks, catalog, bm25, vectors, None if in_memory else table, head)
+        return cls(kb, version, manifest, chunks, catalog, bm25, vectors, None if in_memory else table, head,
+                   field_vectors)
 
     @property
     def count(self) -> int:
@@ -645,6 +687,12 @@ class VersionReader:
         if self.vectors is None:
             return None
         return self.vectors @ vector
+
+    def field_scores(self, vector: np.ndarray) -> np.ndarray | None:
+        """Cosine similarity of every chunk's field (Chunk.field_text), or None when the version has no field vectors."""
+        if self.field_vectors is None:
+            return None
+        return self.field_vectors @ vector
 
     def dense_search(self, vector: np.ndarray, k: int) -> tuple[list[int], list[float]]:
         scores = self.dense_scores(vector)

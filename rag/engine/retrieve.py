@@ -1,7 +1,7 @@
 """Retrieve (E5): the vector side and the BM25 side of a search, each one component returning rankings.
 
 `DenseRetriever` embeds the question once and reads one vector search globally and within each named
-class; `Bm25Retriever` runs at most `MAX_BM25_ROUTES` keyword routes. Every ranking carries its route
+class, and the named classes' field vectors (a member's names, heading and first sentence); `Bm25Retriever` runs at most `MAX_BM25_ROUTES` keyword routes. Every ranking carries its route
 kind and that kind's weight in reciprocal rank fusion (fuse.py).
 """
 
@@ -26,6 +26,7 @@ HEAD_CLASS_ROUTES = 2  # named classes whose member-name field is searched
 ROUTE_WEIGHTS = {
     RouteKind.DENSE: 1.0,
     RouteKind.DENSE_CLASS: 2.0,
+    RouteKind.DENSE_FIELD: 2.0,
     RouteKind.BM25_QUESTION: 0.5,
     RouteKind.BM25_CLASS: 1.0,
     RouteKind.BM25_HEAD: 1.0,
@@ -83,9 +84,16 @@ class DenseRetriever:
             if scores is not None:
                 # The same vector search read within each named class: a class's members compete
                 # with each other, not with the similar members of every other class.
+                # And within each, the field vectors: a member whose name and first sentence say what the
+                # question asks rises above one whose long section merely mentions it.
+                fields = reader.field_scores(vector) if plan.classes else None
                 for name in plan.classes[:DENSE_CLASS_ROUTES]:
-                    in_class, in_class_values = top_positions(scores, self.depth, mask=reader.class_mask(name))
+                    mask = reader.class_mask(name)
+                    in_class, in_class_values = top_positions(scores, self.depth, mask=mask)
                     rankings.append(make_ranking(RouteKind.DENSE_CLASS, in_class, in_class_values, reader, name))
+                    if fields is not None:
+                        in_class, in_class_values = top_positions(fields, self.depth, mask=mask)
+                        rankings.append(make_ranking(RouteKind.DENSE_FIELD, in_class, in_class_values, reader, name))
         return DenseRoutes(rankings=tuple(rankings), scores=scores, best_similarity=values[0] if values else 0.0,
                            cached=cached, embed_ms=embed_ms, search_ms=elapsed_ms(started))
 

@@ -2,10 +2,29 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from enum import Enum
 
 from .docmodel import DocPage
+
+
+SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s*")
+FIELD_SENTENCE_CHARS = 240  # a first sentence longer than this is cut: the field says what a member is, briefly
+
+
+def first_sentence(text: str) -> str:
+    """The first sentence of a section's prose: headings, quotes and code blocks skipped."""
+    prose, fenced, size = [], False, 0
+    for line in (line.strip() for line in text.splitlines()):
+        if line.startswith("```"):
+            fenced = not fenced
+        elif line and not fenced and not line.startswith(("#", ">")):
+            prose.append(line)
+            size += len(line)
+            if size > 300:
+                break
+    return SENTENCE_END.split(" ".join(prose), maxsplit=1)[0][:FIELD_SENTENCE_CHARS] if prose else ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +72,24 @@ class Chunk:
         if self.summary and self.heading_path[1:]:
             head = f"{head}\n{self.summary}"
         return f"{head}\n{self.text}"
+
+    @property
+    def field_text(self) -> str:
+        """Return the section's field, embedded apart from its body (the field vector, issue 34): its names, member
+        and heading, then the first sentence of its description, so a member is found by what it is *for*
+        rather than by everything its section mentions. A page's text gives its heading path and summary."""
+        names = " ".join(n for n in (self.class_alias, self.class_name) if n)
+        heading = self.heading_path[-1] if self.heading_path else self.title
+        first = first_sentence(self.text)
+        if self.member:
+            return f"{names} {self.class_name}.{self.member} | {heading}\n{first}"
+        return f"{names} | {' > '.join(self.heading_path[1:])}\n{self.summary or first}"
+
+    @property
+    def field_hash(self) -> str:
+        from .text import sha1
+
+        return sha1(self.field_text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +140,7 @@ class RouteKind(Enum):
 
     DENSE = "dense"  # one vector search over every chunk
     DENSE_CLASS = "dense:class"  # the same search read within one named class
+    DENSE_FIELD = "dense:field"  # the question's vector against the field vectors (Chunk.field_text) of a named class
     BM25_QUESTION = "bm25:question"  # the whole question
     BM25_CLASS = "bm25:class"  # the question without the class's own names, within the class
     BM25_HEAD = "bm25:head"  # the member-name field of a named class

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from urllib.parse import quote
 
+import numpy as np
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
@@ -341,12 +342,13 @@ def vectors_export(kb: KnowledgeBase, *, progress=None) -> tuple[Path, int, int]
     engine = get_engine()
     chunks = chunk_documents(documents)
     prebuilt = read_pack(Path(kb.source_dir), engine.embedder.model_id, engine.embedder.dimension)
-    vectors, embedded, _, _ = engine.store.embed_chunks(chunks, engine.embedder, progress=progress, prebuilt=prebuilt)
+    found = engine.store.embed_chunks(chunks, engine.embedder, progress=progress, prebuilt=prebuilt)
+    vectors = np.concatenate([found.vectors, found.field_vectors])  # in the order of found.hashes
     unique: dict[str, int] = {}
-    for i, chunk in enumerate(chunks):
-        unique.setdefault(chunk.text_hash, i)
+    for i, text_hash in enumerate(found.hashes):
+        unique.setdefault(text_hash, i)
     path = write_pack(Path(kb.source_dir), engine.embedder.model_id, list(unique), vectors[list(unique.values())])
-    return path, len(unique), embedded
+    return path, len(unique), found.embedded + found.fields_embedded
 
 
 def this_builder() -> str:

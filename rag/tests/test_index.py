@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from rag.engine.embed import EmbeddingError, OpenAIEmbedder
-from rag.engine.index import CHUNKS_FILE, MANIFEST, VECTORS_FILE, IndexError_, VersionReader, table_name
+from rag.engine.index import (CHUNKS_FILE, FIELD_VECTORS_FILE, MANIFEST, VECTORS_FILE, IndexError_, VersionReader,
+                              table_name)
 from rag.engine.text import sha1
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -136,8 +137,9 @@ def test_the_first_build_embeds_every_chunk(tmp_store, fixture_chunks, counting_
 
     report = tmp_store.build("sdk", "v1", chunks, counting_embedder)
 
+    fields = {c.field_hash for c in chunks}
     assert (report.chunk_count, report.embedded, report.reused) == (len(chunks), len(chunks), 0)
-    assert counting_embedder.passages_embedded == len(chunks)
+    assert (report.fields_embedded, counting_embedder.passages_embedded) == (len(fields), len(chunks) + len(fields))
     assert set(report.timings_s) >= {"cache_lookup", "embed", "tokenize", "write", "validate", "total"}
 
 
@@ -174,8 +176,8 @@ def test_a_changed_chunk_is_the_only_one_embedded_again(tmp_store, fixture_chunk
 
     report = tmp_store.build("sdk", "v2", changed, counting_embedder)
 
-    assert (report.embedded, report.reused) == (1, len(chunks) - 1)
-    assert counting_embedder.passage_calls == [[changed[2].embedding_text]]
+    assert (report.embedded, report.reused, report.fields_embedded) == (1, len(chunks) - 1, 0)
+    assert counting_embedder.passage_calls == [[changed[2].embedding_text]]  # its field (first sentence) is as it was
 
 
 def test_identical_chunk_texts_are_embedded_once(tmp_store, fixture_chunks, counting_embedder):
@@ -371,8 +373,12 @@ def test_a_build_writes_the_chunks_and_vectors_an_in_memory_search_needs(built_i
     manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
     vectors = np.load(folder / VECTORS_FILE)
 
-    assert set(manifest["memory_files"]) == {CHUNKS_FILE, VECTORS_FILE}
-    assert (vectors.dtype, vectors.shape) == (np.float32, (len(built_index.chunks), 384))
+    fields = np.load(folder / FIELD_VECTORS_FILE)
+    assert set(manifest["memory_files"]) == {CHUNKS_FILE, VECTORS_FILE, FIELD_VECTORS_FILE}
+    assert (vectors.dtype, vectors.shape) == (fields.dtype, fields.shape) == (np.float32, (len(built_index.chunks), 384))
+    member = next(i for i, c in enumerate(built_index.chunks) if c.member)
+    # A member's field vector is its field's (names, heading, first sentence), not its whole section's.
+    assert float(fields[member] @ vectors[member]) < 0.999
     assert len(json.loads((folder / CHUNKS_FILE).read_text(encoding="utf-8"))["chunk_id"]) == len(built_index.chunks)
 
 
@@ -402,6 +408,31 @@ def test_opening_an_in_memory_version_imports_neither_lancedb_nor_pyarrow(built_
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True)
 
     assert json.loads(done.stdout.strip().splitlines()[-1]) == [len(built_index.chunks), []]
+
+
+def test_a_version_built_before_field_vectors_opens_and_searches_without_them(built_index, tmp_path):
+    store = copy_of_version(built_index.store, tmp_path)
+    folder = store.version_dir("sdk", "v1")
+    (folder / FIELD_VECTORS_FILE).unlink()
+    manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    del manifest["memory_files"][FIELD_VECTORS_FILE]
+    (folder / MANIFEST).write_text(json.dumps(manifest), encoding="utf-8")
+
+    reader = VersionReader.open(store, "sdk", "v1")
+
+    assert reader.field_vectors is None and reader.field_scores(reader.vectors[0]) is None
+    assert reader.dense_search(reader.vectors[0], 1)[0] == [0]
+
+
+def test_field_vectors_that_do_not_match_the_manifest_refuse_to_open(built_index, tmp_path):
+    store = copy_of_version(built_index.store, tmp_path)
+    path = store.version_dir("sdk", "v1") / FIELD_VECTORS_FILE
+    damaged = np.load(path)
+    damaged[0, 0] += 1.0
+    np.save(path, damaged, allow_pickle=False)
+
+    with pytest.raises(IndexError_, match="field_vectors.npy does not match the manifest"):
+        VersionReader.open(store, "sdk", "v1")
 
 
 def test_a_version_built_before_the_in_memory_files_still_opens_through_lancedb(built_index, tmp_path):

@@ -43,17 +43,19 @@ def names_kinds_weights(rankings) -> list[tuple[str, RouteKind, float]]:
 # -- route kinds and weights -------------------------------------------------------------------------
 
 
-def test_every_route_kind_has_a_weight_and_only_three_differ_from_one():
+def test_every_route_kind_has_a_weight_and_only_four_differ_from_one():
     differing = {kind: weight for kind, weight in ROUTE_WEIGHTS.items() if weight != 1.0}
 
     assert set(ROUTE_WEIGHTS) == set(RouteKind)
-    assert differing == {RouteKind.DENSE_CLASS: 2.0, RouteKind.BM25_QUESTION: 0.5, RouteKind.BM25_REWRITE: 0.5}
+    assert differing == {RouteKind.DENSE_CLASS: 2.0, RouteKind.DENSE_FIELD: 2.0, RouteKind.BM25_QUESTION: 0.5,
+                         RouteKind.BM25_REWRITE: 0.5}
 
 
 def test_a_route_kind_names_its_retriever_family():
     families = {kind: kind.source for kind in RouteKind}
 
-    assert families == {RouteKind.DENSE: "dense", RouteKind.DENSE_CLASS: "dense", RouteKind.BM25_QUESTION: "bm25",
+    assert families == {RouteKind.DENSE: "dense", RouteKind.DENSE_CLASS: "dense", RouteKind.DENSE_FIELD: "dense",
+                        RouteKind.BM25_QUESTION: "bm25",
                         RouteKind.BM25_CLASS: "bm25", RouteKind.BM25_HEAD: "bm25", RouteKind.BM25_MEMBER: "bm25",
                         RouteKind.DENSE_REWRITE: "dense", RouteKind.BM25_REWRITE: "bm25"}
 
@@ -67,11 +69,25 @@ def test_the_dense_retriever_ranks_globally_and_within_each_named_class(reader, 
     assert names_kinds_weights(dense.rankings) == [
         ("dense", RouteKind.DENSE, 1.0),
         ("dense:class:PerspectiveCamera", RouteKind.DENSE_CLASS, 2.0),
+        ("dense:field:PerspectiveCamera", RouteKind.DENSE_FIELD, 2.0),
         ("dense:class:OrbitControls", RouteKind.DENSE_CLASS, 2.0),
+        ("dense:field:OrbitControls", RouteKind.DENSE_FIELD, 2.0),
     ]
-    assert {h.chunk.class_name for h in dense.rankings[1].hits} == {"PerspectiveCamera"}
-    assert {h.chunk.class_name for h in dense.rankings[2].hits} == {"OrbitControls"}
+    assert {h.chunk.class_name for h in dense.rankings[1].hits + dense.rankings[2].hits} == {"PerspectiveCamera"}
+    assert {h.chunk.class_name for h in dense.rankings[3].hits + dense.rankings[4].hits} == {"OrbitControls"}
     assert {h.source for r in dense.rankings for h in r.hits} == {"dense"}
+
+
+@pytest.mark.parametrize("question, member", [
+    ("PerspectiveCamera zoom in closer", "zoom"),
+    ("PerspectiveCamera 改了参数后画面没变", "updateProjectionMatrix"),  # "call it after changing the parameters"
+])
+def test_the_field_route_ranks_a_class_by_what_its_members_are_for(reader, real_embedder, question, member):
+    dense = run_dense(reader, real_embedder, question)
+
+    field = next(r for r in dense.rankings if r.kind is RouteKind.DENSE_FIELD)
+    assert field.hits[0].chunk.member == member
+    assert {h.chunk.class_name for h in field.hits} == {"PerspectiveCamera"}
 
 
 def test_the_dense_retriever_embeds_the_question_once_and_keeps_every_similarity(reader, counting_embedder):
