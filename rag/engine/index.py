@@ -292,6 +292,7 @@ class IndexStore:
     lancedb_uri: str
     index_dir: Path
     ann_min_vectors: int = 30_000  # above this, search LanceDB's ANN index instead of numpy in memory
+    checkpoint_texts: int = 256  # a build stores the vectors it computed each time this many are new (resumable)
     remote: RemoteFolders | None = None
     storage_options: dict = field(default_factory=dict)  # LanceDB's, when lancedb_uri is on object storage
 
@@ -376,7 +377,10 @@ class IndexStore:
         timings["cache_lookup"] = time.perf_counter() - started
 
         t0 = time.perf_counter()
+        if shipped:
+            cache.store(embedder.model_id, list(shipped), np.stack(list(shipped.values())))
         new_vectors: dict[str, np.ndarray] = {}
+        unstored: list[str] = []  # embedded since the last checkpoint
         order = list(unique_missing.items())
         batch = 16
         for start in range(0, len(order), batch):
@@ -387,14 +391,19 @@ class IndexStore:
                                   f"{len(part)} x {embedder.dimension} dims")
             for (h, _), v in zip(part, vectors):
                 new_vectors[h] = v
+                unstored.append(h)
+            if len(unstored) >= self.checkpoint_texts:
+                # A build killed or failed from here on resumes after this point: its next try finds these cached.
+                cache.store(embedder.model_id, unstored, np.stack([new_vectors[h] for h in unstored]))
+                unstored = []
             if progress:
                 progress(min(start + batch, len(order)), len(order))
+        if unstored:
+            cache.store(embedder.model_id, unstored, np.stack([new_vectors[h] for h in unstored]))
         if progress and not order:
             progress(0, 0)  # nothing to embed: still a sign of life
         timings["embed"] = time.perf_counter() - t0
         fresh = {**shipped, **new_vectors}
-        if fresh:
-            cache.store(embedder.model_id, list(fresh), np.stack(list(fresh.values())))
         vectors = np.stack([known[h] if h in known else fresh[h] for h in hashes]).astype(np.float32)
         return vectors, set(unique_missing), timings
 

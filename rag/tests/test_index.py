@@ -12,6 +12,7 @@ from pathlib import Path
 import lancedb
 import numpy as np
 import pytest
+from conftest import make_store
 
 from rag.engine.embed import EmbeddingError, OpenAIEmbedder
 from rag.engine.index import (CHUNKS_FILE, FIELD_VECTORS_FILE, MANIFEST, VECTORS_FILE, IndexError_, VersionReader,
@@ -178,6 +179,64 @@ def test_a_changed_chunk_is_the_only_one_embedded_again(tmp_store, fixture_chunk
 
     assert (report.embedded, report.reused, report.fields_embedded) == (1, len(chunks) - 1, 0)
     assert counting_embedder.passage_calls == [[changed[2].embedding_text]]  # its field (first sentence) is as it was
+
+
+KILLED_BUILD = """
+import sys, time
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+from pathlib import Path
+from rag.engine.chunk import chunk_documents
+from rag.engine.index import IndexStore
+from rag.engine.ingest import read_folder
+from rag.tests.test_index import HashEmbedder
+
+class Stalling(HashEmbedder):
+    calls = 0
+    def embed_passages(self, texts):
+        Stalling.calls += 1
+        if Stalling.calls == 3:  # two batches embedded and checkpointed: say so, then wait to be killed
+            print("stalled", flush=True)
+            time.sleep(600)
+        return super().embed_passages(texts)
+
+folder = Path(sys.argv[2])
+store = IndexStore(lancedb_uri=str(folder / "lancedb"), index_dir=folder / "index", checkpoint_texts=16)
+store.build("sdk", "v1", chunk_documents(read_folder(Path(sys.argv[3]))), Stalling())
+"""
+
+
+def test_a_build_killed_mid_embedding_resumes_where_it_stopped(tmp_path, fixture_corpus, fixture_chunks):
+    """Issue 30: a build stores its vectors as it goes (every `checkpoint_texts`), so SIGKILL loses at most that many."""
+    child = subprocess.Popen([sys.executable, "-c", KILLED_BUILD, str(ROOT), str(tmp_path), str(fixture_corpus)],
+                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        said = child.stdout.readline()  # returns when the child stalls in its third batch, or when it dies
+    finally:
+        child.kill()
+        _, errors = child.communicate()
+    assert said.strip() == "stalled", errors
+    store = make_store(tmp_path)
+    assert not store.exists("sdk", "v1")
+    counting = CountingHash()
+    texts = {c.text_hash for c in fixture_chunks} | {c.field_hash for c in fixture_chunks}
+
+    report = store.build("sdk", "v1", fixture_chunks, counting)
+
+    assert counting.embedded == len(texts) - 32  # the two checkpointed batches of 16 are not embedded again
+    assert report.embedded + report.fields_embedded == len(texts) - 32
+    fresh = make_store(tmp_path / "fresh").build("sdk", "v1", fixture_chunks, HashEmbedder())
+    assert fresh.embedded == len({c.text_hash for c in fixture_chunks})
+    resumed, clean = (VersionReader.open(s, "sdk", "v1") for s in (store, make_store(tmp_path / "fresh")))
+    assert np.array_equal(resumed.vectors, clean.vectors) and np.array_equal(resumed.field_vectors, clean.field_vectors)
+
+
+class CountingHash(HashEmbedder):
+    embedded = 0
+
+    def embed_passages(self, texts):
+        self.embedded += len(texts)
+        return super().embed_passages(texts)
 
 
 def test_identical_chunk_texts_are_embedded_once(tmp_store, fixture_chunks, counting_embedder):
