@@ -248,9 +248,10 @@ RAG_DEFAULT_KB = env_str("RAG_DEFAULT_KB", default="docs")
 RAG_WARM_UP = env_bool("RAG_WARM_UP", default=True)  # a server loads the model at start, not on the first question
 RAG_DEFAULT_KB_SOURCE = env_str("RAG_DEFAULT_KB_SOURCE", default=str(BASE_DIR / "docs"))
 # The folders a knowledge base's source folder must lie in (the admin, `rag reindex --source`, every build and
-# page read check it), so nobody can point ingestion at an arbitrary folder of the server.
-RAG_SOURCE_ROOTS = env_list("RAG_SOURCE_ROOTS", default=[str(BASE_DIR / "docs"), RAG_DEFAULT_KB_SOURCE,
-                                                         str(DATA_DIR / "sources")])
+# page read check it), so nobody can point ingestion at an arbitrary folder of the server. The variable adds folders
+# to the defaults (the bundled docs stay readable), each listed once.
+RAG_SOURCE_ROOTS = list(dict.fromkeys([str(BASE_DIR / "docs"), RAG_DEFAULT_KB_SOURCE, str(DATA_DIR / "sources"),
+                                       *env_list("RAG_SOURCE_ROOTS", default=[])]))
 
 # The MCP service (apikeys/mcp): tools are named search_<slug>_docs and ask_<slug>_docs.
 RAG_PRODUCT_SLUG = env_str("RAG_PRODUCT_SLUG", default="sdk")

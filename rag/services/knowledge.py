@@ -110,7 +110,7 @@ def kb_source_check(source_dir: str) -> str:
 def _allowed_folder(source_dir: str) -> Path:
     """The resolved folder, when it lies inside a source root; else raise source_not_allowed."""
     folder = Path(source_dir).resolve()
-    roots = [Path(root).resolve() for root in settings.RAG_SOURCE_ROOTS]
+    roots = list(dict.fromkeys(Path(root).resolve() for root in settings.RAG_SOURCE_ROOTS))
     if not any(folder.is_relative_to(root) for root in roots):
         raise ServiceError("source_not_allowed", f"Source folder {folder} is outside the folders knowledge bases may "
                                                  f"read (RAG_SOURCE_ROOTS: {', '.join(map(str, roots))}).",

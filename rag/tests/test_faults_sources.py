@@ -4,7 +4,12 @@ database before a build or a page read."""
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -94,3 +99,18 @@ def test_source_roots_default_to_the_docs_the_default_kb_and_the_data_folder(set
     assert {Path(r) for r in RAG_SOURCE_ROOTS} >= {Path(settings.BASE_DIR) / "docs",
                                                   Path(settings.RAG_DEFAULT_KB_SOURCE),
                                                   Path(settings.DATA_DIR) / "sources"}
+
+
+
+def test_source_roots_set_in_the_environment_add_to_the_defaults_each_once(tmp_path, settings):
+    """RAG_SOURCE_ROOTS extends the defaults (the bundled docs stay readable) and lists each folder once."""
+    docs = str(Path(settings.BASE_DIR) / "docs")
+    script = ("import json, django; django.setup(); from django.conf import settings; "
+              "print(json.dumps(settings.RAG_SOURCE_ROOTS))")
+    environment = {**os.environ, "DJANGO_SETTINGS_MODULE": "ragsite.settings", "RAG_SOURCE_ROOTS": f"{tmp_path},{docs}"}
+
+    done = subprocess.run([sys.executable, "-c", script], cwd=settings.BASE_DIR, env=environment,
+                          capture_output=True, text=True, check=True)
+
+    roots = json.loads(done.stdout.strip().splitlines()[-1])
+    assert roots[0] == docs and str(tmp_path) in roots and roots.count(docs) == 1
