@@ -9,24 +9,47 @@ from rag.models import (ClassAlias, Document, DocumentLabel, IndexVersion, Knowl
 class KnowledgeBaseForm(forms.ModelForm):
     class Meta:
         model = KnowledgeBase
-        fields = ("slug", "name", "language", "source_dir", "base_url")
+        fields = ("slug", "name", "language", "source_url", "source_dir", "base_url")
 
-    def clean_source_dir(self):
-        """A folder inside RAG_SOURCE_ROOTS only, stored resolved (as `rag reindex --source` stores it)."""
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["source_dir"].required = False
+        self.fields["source_dir"].help_text += " (for a git source: set from it, its checkout in the data folder)"
+
+    def clean(self):
+        """A git source URL allowed by a RAG_SOURCE_ROOTS prefix (its checkout becomes the source folder), else a
+        folder inside RAG_SOURCE_ROOTS, stored resolved (as `rag reindex --source` stores either)."""
         from rag.services.knowledge import kb_source_check
+        from rag.services.sources import source_check, source_folder
 
+        cleaned = super().clean()
         try:
-            return kb_source_check(self.cleaned_data["source_dir"])
+            if cleaned.get("source_url"):
+                parsed = source_check(cleaned["source_url"])
+                cleaned["source_url"] = parsed.spec
+                cleaned["source_dir"] = str(source_folder(cleaned.get("slug") or self.instance.slug, parsed))
+            elif cleaned.get("source_dir"):
+                cleaned["source_dir"] = kb_source_check(cleaned["source_dir"])
+            else:
+                raise ServiceError("source_missing", "Give a source folder or a git source URL.")
         except ServiceError as exc:
             raise forms.ValidationError(exc.message) from None
+        if self.instance.pk and cleaned["source_url"] != self.instance.source_url:
+            self.instance.source_revision = ""  # another repository or ref: nothing of it is synced yet
+        return cleaned
 
 
 @admin.register(KnowledgeBase)
 class KnowledgeBaseAdmin(admin.ModelAdmin):
     form = KnowledgeBaseForm
-    list_display = ("slug", "language", "active_version", "document_total", "source_dir", "updated_at")
-    readonly_fields = ("active_version", "created_at", "updated_at")
+    list_display = ("slug", "language", "active_version", "document_total", "source", "source_revision",
+                    "source_synced_at", "updated_at")
+    readonly_fields = ("active_version", "source_revision", "source_synced_at", "created_at", "updated_at")
     actions = ["rebuild_index"]
+
+    @admin.display(description="source")
+    def source(self, obj):
+        return obj.source_url or obj.source_dir
 
     @admin.display(description="documents")
     def document_total(self, obj):

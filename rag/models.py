@@ -28,6 +28,13 @@ class KnowledgeBase(models.Model):
     name = models.CharField(max_length=200, blank=True)
     language = models.CharField(max_length=16, default="zh", help_text="zh, en, or mixed")
     source_dir = models.CharField(max_length=1000, help_text="Folder of Markdown/HTML pages on the server")
+    source_url = models.CharField(
+        max_length=1000, blank=True,
+        help_text="A git repository synced before each build: git+file:///…, git+https://… or git+ssh://…, with "
+                  "@ref (branch, tag or commit) and #path=folder; its URL must start with a RAG_SOURCE_ROOTS prefix. "
+                  "Empty: the pages are read from the source folder.")
+    source_revision = models.CharField(max_length=64, blank=True, help_text="The git commit last synced")
+    source_synced_at = models.DateTimeField(null=True, blank=True, help_text="When the source was last synced")
     base_url = models.CharField(max_length=500, blank=True,
                                 help_text="Where the pages are published, e.g. https://docs.example.com/api/ : a "
                                           "document's url is this plus its path, unless its front matter names one")
@@ -151,6 +158,10 @@ class IndexVersion(models.Model):
     progress_total = models.PositiveIntegerField(default=0, help_text="Chunks a running build has to embed")
     corpus_hash = models.CharField(max_length=40, blank=True, help_text="Hash of every document hash")
     document_hashes = models.JSONField(default=dict, blank=True, help_text="path -> content hash at build time")
+    source_revision = models.CharField(max_length=64, blank=True, help_text="The git commit the pages came from")
+    page_changes = models.JSONField(default=dict, blank=True,
+                                    help_text="Pages added, changed, removed, renamed and unchanged since the "
+                                              "version active when the build started")
     timings = models.JSONField(default=dict, blank=True)
     pages_skipped = models.JSONField(default=list, blank=True,
                                      help_text="Pages that yielded nothing to index: [{path, reason}]")

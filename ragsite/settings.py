@@ -253,6 +253,11 @@ RAG_DEFAULT_KB_SOURCE = env_str("RAG_DEFAULT_KB_SOURCE", default=str(BASE_DIR / 
 RAG_SOURCE_ROOTS = list(dict.fromkeys([str(BASE_DIR / "docs"), RAG_DEFAULT_KB_SOURCE, str(DATA_DIR / "sources"),
                                        *env_list("RAG_SOURCE_ROOTS", default=[])]))
 
+# A git source's HTTPS credentials (rag.services.sources): sent by git as a Basic Authorization header, never on its
+# command line or in a message. RAG_GIT_TOKEN_FILE reads the token from a file.
+RAG_GIT_USERNAME = env_str("RAG_GIT_USERNAME", default="")
+RAG_GIT_TOKEN = env_secret("RAG_GIT_TOKEN")
+
 # The MCP service (apikeys/mcp): tools are named search_<slug>_docs and ask_<slug>_docs.
 RAG_PRODUCT_SLUG = env_str("RAG_PRODUCT_SLUG", default="sdk")
 RAG_PRODUCT_NAME = env_str("RAG_PRODUCT_NAME", default="the SDK")

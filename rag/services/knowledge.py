@@ -27,6 +27,7 @@ from rag.models import ClassAlias, Document, DocumentLabel, IndexVersion, Knowle
 from rag.pipeline import REOPEN_AFTER_SECONDS, get_engine
 from rag.queue import enqueue
 from rag.shapes import ANCHOR_SAFE
+from rag.services.sources import git_sync, is_remote, source_check, source_folder
 
 log = logging.getLogger(__name__)
 
@@ -81,16 +82,23 @@ def kb_ensure(*, slug: str, source_dir: str | None = None, language: str | None 
     if not slug or slugify(slug) != slug:
         raise ServiceError("invalid_kb_slug", "A knowledge base slug uses lowercase letters, digits and dashes.")
     kb = KnowledgeBase.objects.filter(slug=slug).first()
+    source_url = ""
+    if is_remote(source_dir):  # a git repository: its checkout in the data folder is the source folder
+        parsed = source_check(source_dir)
+        source_url, source_dir = parsed.spec, str(source_folder(slug, parsed))
     if kb is None:
         if not source_dir:
             raise ServiceError("kb_not_found", f"Knowledge base {slug!r} does not exist; give --source to create it.",
                                status=404)
-        return KnowledgeBase.objects.create(slug=slug, name=slug, source_dir=kb_source_check(source_dir),
-                                            language=language or "mixed")
+        return KnowledgeBase.objects.create(slug=slug, name=slug, language=language or "mixed", source_url=source_url,
+                                            source_dir=source_dir if source_url else kb_source_check(source_dir))
     changed = []
-    if source_dir and str(Path(source_dir).resolve()) != kb.source_dir:
-        kb.source_dir = kb_source_check(source_dir)
-        changed.append("source_dir")
+    if source_url and source_url != kb.source_url:
+        kb.source_url, kb.source_dir, kb.source_revision = source_url, source_dir, ""
+        changed += ["source_url", "source_dir", "source_revision"]
+    elif source_dir and not source_url and (kb.source_url or str(Path(source_dir).resolve()) != kb.source_dir):
+        kb.source_dir, kb.source_url, kb.source_revision = kb_source_check(source_dir), "", ""
+        changed += ["source_dir", "source_url", "source_revision"]
     if language and language != kb.language:
         kb.language = language
         changed.append("language")
@@ -110,7 +118,7 @@ def kb_source_check(source_dir: str) -> str:
 def _allowed_folder(source_dir: str) -> Path:
     """The resolved folder, when it lies inside a source root; else raise source_not_allowed."""
     folder = Path(source_dir).resolve()
-    roots = list(dict.fromkeys(Path(root).resolve() for root in settings.RAG_SOURCE_ROOTS))
+    roots = list(dict.fromkeys(Path(root).resolve() for root in settings.RAG_SOURCE_ROOTS if "://" not in root))
     if not any(folder.is_relative_to(root) for root in roots):
         raise ServiceError("source_not_allowed", f"Source folder {folder} is outside the folders knowledge bases may "
                                                  f"read (RAG_SOURCE_ROOTS: {', '.join(map(str, roots))}).",
@@ -180,6 +188,8 @@ def index_unchanged_version(kb: KnowledgeBase) -> IndexVersion | None:
     store = get_engine().store
     if active is None or active.model_id != get_engine().embedder.model_id or not store.exists(kb.slug, active.name):
         return None
+    if kb.source_url:
+        source_sync(kb)
     try:
         hashes = folder_hashes(_allowed_folder(kb.source_dir))  # the pages' bytes decide; no page is read
     except IngestError:
@@ -243,6 +253,7 @@ def index_build(kb: KnowledgeBase, *, progress=None, activate: bool = True,
         version.builder = this_builder()
         version.save(update_fields=["builder"])
     try:
+        revision = source_sync(kb) if kb.source_url else ""
         documents = read_folder(_allowed_folder(kb.source_dir))  # a folder changed in the database is checked too
         if not documents:
             raise ServiceError("source_empty", f"{kb.source_dir} holds no Markdown or HTML pages.")
@@ -259,7 +270,10 @@ def index_build(kb: KnowledgeBase, *, progress=None, activate: bool = True,
     version.document_count = len(documents)
     version.corpus_hash = corpus_hash(documents)
     version.document_hashes = {d.path: d.content_hash for d in documents}
-    version.save(update_fields=["document_count", "corpus_hash", "document_hashes"])
+    version.source_revision = revision
+    version.page_changes = page_changes(kb.active_version.document_hashes if kb.active_version else {},
+                                        version.document_hashes)
+    version.save(update_fields=["document_count", "corpus_hash", "document_hashes", "source_revision", "page_changes"])
     chunks = chunk_documents(documents)  # what will be indexed is known before anything is embedded
     counts: dict[str, int] = {}
     for chunk in chunks:
@@ -296,6 +310,37 @@ def index_build(kb: KnowledgeBase, *, progress=None, activate: bool = True,
     if activate:
         index_activate(version)
     return version
+
+
+def source_sync(kb: KnowledgeBase) -> str:
+    """Bring a git source's checkout to its ref's current commit; record and return the commit."""
+    revision = git_sync(kb.slug, source_check(kb.source_url))
+    kb.source_revision, kb.source_synced_at = revision, timezone.now()
+    kb.save(update_fields=["source_revision", "source_synced_at", "updated_at"])
+    return revision
+
+
+def source_as_dict(kb: KnowledgeBase) -> dict:
+    """Where a knowledge base's pages come from, as `rag status --json` and `rag reindex --json` show it."""
+    if kb.source_url:
+        return {"kind": "git", "location": kb.source_url, "folder": kb.source_dir, "revision": kb.source_revision,
+                "synced_at": kb.source_synced_at.isoformat() if kb.source_synced_at else None}
+    return {"kind": "folder", "location": kb.source_dir, "folder": kb.source_dir, "revision": "", "synced_at": None}
+
+
+PAGE_CHANGES = ("added", "changed", "removed", "renamed", "unchanged")
+
+
+def page_changes(before: dict[str, str], after: dict[str, str]) -> dict[str, int]:
+    """How the pages changed between two builds, from their paths and content hashes: a page whose path is new but
+    whose bytes are those of a page gone from its old path was renamed."""
+    gone = {before[path] for path in before.keys() - after.keys()}
+    new = [path for path in after.keys() - before.keys()]
+    renamed = sum(1 for path in new if after[path] in gone)
+    same = before.keys() & after.keys()
+    return {"added": len(new) - renamed, "changed": sum(1 for p in same if before[p] != after[p]),
+            "removed": len(before.keys() - after.keys()) - renamed, "renamed": renamed,
+            "unchanged": sum(1 for p in same if before[p] == after[p])}
 
 
 def pages_skipped(documents: list[SourceDocument], counts: dict[str, int]) -> list[dict]:

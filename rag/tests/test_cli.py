@@ -28,7 +28,7 @@ CONTEXT_ADDED = {"kb", "version", "plan", "request_id"}
 READ_KEYS = {"ok", "command", "source", "content"}
 READ_ADDED = {"kb"}
 REINDEX_KEYS = {"ok", "command", "synced_notes", "indexed_nodes", "duration_seconds"}
-REINDEX_ADDED = {"kb", "version", "chunks_embedded", "chunks_reused", "unchanged", "pages_skipped"}
+REINDEX_ADDED = {"kb", "version", "chunks_embedded", "chunks_reused", "unchanged", "pages_skipped", "source", "pages"}
 ERROR_KEYS = {"ok", "error"}
 ERROR_ADDED = {"code"}
 
@@ -82,7 +82,10 @@ def test_status_json_has_the_seed_shape(built_kb):
     assert isinstance(payload["db_exists"], bool) and isinstance(payload["deepseek_api_key_configured"], bool)
     assert payload["knowledge_bases"] == [{"slug": "sdk", "active_version": built_kb.active_version.name,
                                            "documents": 9, "chunks": built_kb.active_version.chunk_count,
-                                           "building": None}]
+                                           "building": None,
+                                           "source": {"kind": "folder", "location": built_kb.source_dir,
+                                                      "folder": built_kb.source_dir, "revision": "",
+                                                      "synced_at": None}}]
     assert set(payload["live"]) == {"in_flight", "gauges", "processes"}
 
 
@@ -229,6 +232,8 @@ def test_reindex_json_creates_builds_and_reports(db, corpus_copy):
     assert payload["synced_notes"] == 9
     assert payload["indexed_nodes"] == payload["chunks_embedded"] + payload["chunks_reused"] > 0
     assert isinstance(payload["duration_seconds"], float)
+    assert payload["pages"] == {"added": 9, "changed": 0, "removed": 0, "renamed": 0, "unchanged": 0}
+    assert payload["source"]["kind"] == "folder" and payload["source"]["location"] == str(corpus_copy.resolve())
     assert run_json("status", "--kb", "sdk")["active_version"] == payload["version"]
 
 
@@ -246,7 +251,7 @@ def test_reindex_if_changed_skips_an_unchanged_source(built_kb):
     payload = run_json("reindex", "--kb", "sdk", "--if-changed")
 
     assert set(payload) == REINDEX_KEYS | REINDEX_ADDED
-    assert payload["unchanged"] is True
+    assert payload["unchanged"] is True and payload["pages"]["unchanged"] == 9
     assert payload["version"] == built_kb.active_version.name
     assert (payload["chunks_embedded"], payload["chunks_reused"]) == (0, payload["indexed_nodes"])
 

@@ -16,6 +16,7 @@ from rag import live
 from rag.errors import ServiceError
 from rag.models import Channel, KnowledgeBase
 from rag.services.knowledge import (
+    PAGE_CHANGES,
     building_message,
     index_build,
     index_build_queue,
@@ -24,6 +25,7 @@ from rag.services.knowledge import (
     kb_ensure,
     kb_get,
     read_source,
+    source_as_dict,
     vectors_export,
 )
 from rag.services.questions import MAX_TOP_K, QuestionRequest, question_answer, question_search
@@ -91,7 +93,9 @@ class Command(BaseCommand):
             if name == "read":
                 p.add_argument("source", help="page path relative to the knowledge base")
             if name == "reindex":
-                p.add_argument("--source", default=None, help="source folder (creates the knowledge base if needed)")
+                p.add_argument("--source", default=None,
+                               help="source folder, or a git repository git+file|https|ssh://…[@ref][#path=folder] "
+                                    "(creates the knowledge base if needed)")
                 p.add_argument("--language", default=None, help="zh, en or mixed (when creating)")
                 p.add_argument("--if-changed", action="store_true", help="skip the build when nothing changed")
                 p.add_argument("--gate", action="store_true",
@@ -174,7 +178,7 @@ class Command(BaseCommand):
                 {"slug": k.slug, "active_version": k.active_version.name if k.active_version else None,
                  "documents": k.documents.count(),
                  "chunks": k.active_version.chunk_count if k.active_version else 0,
-                 "building": _building(k)}
+                 "building": _building(k), "source": source_as_dict(k)}
                 for k in KnowledgeBase.objects.select_related("active_version")
             ],
             "live": live.snapshot(),  # requests in flight per channel and open MCP sessions, over all processes
@@ -298,6 +302,10 @@ class Command(BaseCommand):
             "chunks_reused": version.chunk_count if unchanged else version.chunks_reused,
             "unchanged": unchanged,
             "pages_skipped": version.pages_skipped,
+            "source": source_as_dict(knowledge_base),
+            # how the pages changed since the version active before (`unchanged` above says whether anything did)
+            "pages": ({**dict.fromkeys(PAGE_CHANGES, 0), "unchanged": version.document_count} if unchanged
+                      else {key: version.page_changes.get(key, 0) for key in PAGE_CHANGES}),
         }
         if gate is not None:
             payload["activated"] = gate.activated
@@ -333,6 +341,9 @@ class Command(BaseCommand):
                  f"generation {'configured: ' + p['deepseek_model'] if p['deepseek_api_key_configured'] else 'not configured (extractive answers)'}"]
         for k in p["knowledge_bases"]:
             lines.append(f"kb {k['slug']:<16} version {k['active_version'] or '-':<26} {k['documents']} docs, {k['chunks']} chunks")
+            if k["source"]["kind"] == "git":
+                lines.append(f"   source {k['source']['location']} at {(k['source']['revision'] or '-')[:12]}, "
+                             f"synced {k['source']['synced_at'] or 'never'}")
             if k["building"]:
                 lines.append(f"   building {k['building']['version']}: {k['building']['message']}")
         if not p["knowledge_bases"]:
@@ -376,6 +387,9 @@ class Command(BaseCommand):
                     + self._human_gate(p))
         line = (f"{p['kb']}: version {p['version']} active · {p['synced_notes']} documents · {p['indexed_nodes']} chunks "
                 f"({p['chunks_embedded']} embedded, {p['chunks_reused']} reused) in {p['duration_seconds']:.1f} s")
+        if p["source"]["kind"] == "git":
+            line += f"\nsource {p['source']['location']} at {p['source']['revision'][:12]}"
+        line += "\npages: " + ", ".join(f"{p['pages'][key]} {key}" for key in PAGE_CHANGES)
         skipped = p.get("pages_skipped") or []
         if skipped:
             reasons = Counter(page["reason"] for page in skipped)
