@@ -257,6 +257,9 @@ RAG_SOURCE_ROOTS = list(dict.fromkeys([str(BASE_DIR / "docs"), RAG_DEFAULT_KB_SO
 # command line or in a message. RAG_GIT_TOKEN_FILE reads the token from a file.
 RAG_GIT_USERNAME = env_str("RAG_GIT_USERNAME", default="")
 RAG_GIT_TOKEN = env_secret("RAG_GIT_TOKEN")
+# A website source (rag.services.crawl): at most this many pages per sync, this many seconds between two requests.
+RAG_CRAWL_MAX_PAGES = env_int("RAG_CRAWL_MAX_PAGES", default=2000, minimum=1)
+RAG_CRAWL_DELAY = env_float("RAG_CRAWL_DELAY", default=0.5, minimum=0.0)
 
 # The MCP service (apikeys/mcp): tools are named search_<slug>_docs and ask_<slug>_docs.
 RAG_PRODUCT_SLUG = env_str("RAG_PRODUCT_SLUG", default="sdk")

@@ -27,7 +27,7 @@ from rag.models import ClassAlias, Document, DocumentLabel, IndexVersion, Knowle
 from rag.pipeline import REOPEN_AFTER_SECONDS, get_engine
 from rag.queue import enqueue
 from rag.shapes import ANCHOR_SAFE
-from rag.services.sources import git_sync, is_remote, source_check, source_folder
+from rag.services.sources import is_remote, last_crawl, source_check, source_folder, sync
 
 log = logging.getLogger(__name__)
 
@@ -82,20 +82,25 @@ def kb_ensure(*, slug: str, source_dir: str | None = None, language: str | None 
     if not slug or slugify(slug) != slug:
         raise ServiceError("invalid_kb_slug", "A knowledge base slug uses lowercase letters, digits and dashes.")
     kb = KnowledgeBase.objects.filter(slug=slug).first()
-    source_url = ""
-    if is_remote(source_dir):  # a git repository: its checkout in the data folder is the source folder
+    source_url = site = ""
+    if is_remote(source_dir):  # a git repository or a website: its copy in the data folder is the source folder
         parsed = source_check(source_dir)
         source_url, source_dir = parsed.spec, str(source_folder(slug, parsed))
+        site = parsed.url if parsed.kind == "website" else ""  # where its pages are published: citations link there
     if kb is None:
         if not source_dir:
             raise ServiceError("kb_not_found", f"Knowledge base {slug!r} does not exist; give --source to create it.",
                                status=404)
         return KnowledgeBase.objects.create(slug=slug, name=slug, language=language or "mixed", source_url=source_url,
-                                            source_dir=source_dir if source_url else kb_source_check(source_dir))
+                                            source_dir=source_dir if source_url else kb_source_check(source_dir),
+                                            base_url=site)
     changed = []
     if source_url and source_url != kb.source_url:
         kb.source_url, kb.source_dir, kb.source_revision = source_url, source_dir, ""
         changed += ["source_url", "source_dir", "source_revision"]
+        if site:
+            kb.base_url = site
+            changed.append("base_url")
     elif source_dir and not source_url and (kb.source_url or str(Path(source_dir).resolve()) != kb.source_dir):
         kb.source_dir, kb.source_url, kb.source_revision = kb_source_check(source_dir), "", ""
         changed += ["source_dir", "source_url", "source_revision"]
@@ -313,8 +318,8 @@ def index_build(kb: KnowledgeBase, *, progress=None, activate: bool = True,
 
 
 def source_sync(kb: KnowledgeBase) -> str:
-    """Bring a git source's checkout to its ref's current commit; record and return the commit."""
-    revision = git_sync(kb.slug, source_check(kb.source_url))
+    """Bring a git or website source's copy up to date; record and return its revision."""
+    revision = sync(kb.slug, source_check(kb.source_url))
     kb.source_revision, kb.source_synced_at = revision, timezone.now()
     kb.save(update_fields=["source_revision", "source_synced_at", "updated_at"])
     return revision
@@ -323,8 +328,11 @@ def source_sync(kb: KnowledgeBase) -> str:
 def source_as_dict(kb: KnowledgeBase) -> dict:
     """Where a knowledge base's pages come from, as `rag status --json` and `rag reindex --json` show it."""
     if kb.source_url:
-        return {"kind": "git", "location": kb.source_url, "folder": kb.source_dir, "revision": kb.source_revision,
-                "synced_at": kb.source_synced_at.isoformat() if kb.source_synced_at else None}
+        website = kb.source_url.startswith(("https://", "http://"))
+        shown = {"kind": "website" if website else "git", "location": kb.source_url, "folder": kb.source_dir,
+                 "revision": kb.source_revision,
+                 "synced_at": kb.source_synced_at.isoformat() if kb.source_synced_at else None}
+        return {**shown, "crawl": last_crawl(kb.slug)} if website else shown
     return {"kind": "folder", "location": kb.source_dir, "folder": kb.source_dir, "revision": "", "synced_at": None}
 
 

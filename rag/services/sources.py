@@ -1,5 +1,5 @@
-"""Where a knowledge base's pages come from (E1, issue 30): a folder of this server, or a git repository synced
-into the data folder before each build.
+"""Where a knowledge base's pages come from (E1, issue 30): a folder of this server, or a git repository or a
+documentation website synced into the data folder before each build (the website: rag.services.crawl).
 
 A git source is written `git+<url>[@<ref>][#path=<folder>]`: `git+file:///srv/repos/sdk.git@v2.0#path=docs/`,
 `git+https://git.example.com/sdk.git@main`, `git+ssh://git@git.example.com/sdk.git`. The ref is a branch, a tag or a
@@ -13,6 +13,7 @@ environment, never its command line, and no message shows them.
 from __future__ import annotations
 
 import base64
+import json
 import os
 import re
 import shutil
@@ -28,6 +29,26 @@ from rag.errors import ServiceError
 GIT_SCHEMES = ("git+file://", "git+https://", "git+http://", "git+ssh://")
 REF_RE = re.compile(r"^[A-Za-z0-9._/-]+$")  # a branch, tag or commit as git accepts them (no option, no space)
 GIT_TIMEOUT = 600  # seconds one git command may take (a large first clone over a slow link)
+CRAWL_REPORT = ".crawl-report.json"  # in a website's folder: what its last crawl fetched and skipped
+
+
+def last_crawl(slug: str) -> dict | None:
+    """The report of a website source's last crawl, None before the first."""
+    path = checkout_dir(slug, "website") / CRAWL_REPORT
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+
+
+@dataclass(frozen=True)
+class WebsiteSource:
+    """A documentation website: every page under `url` (a prefix ending in /)."""
+
+    spec: str
+    url: str
+    path: str = ""
+
+    @property
+    def kind(self) -> str:
+        return "website"
 
 
 @dataclass(frozen=True)
@@ -49,13 +70,23 @@ def is_remote(source: str | None) -> bool:
     return bool(source) and "://" in source
 
 
-def parse_source(source: str) -> GitSource:
+def parse_source(source: str) -> GitSource | WebsiteSource:
     """Read a source URL; raise source_invalid for a malformed one and source_kind_unsupported for another scheme."""
+    if source.startswith(("https://", "http://")):
+        parts = urlsplit(source)
+        if parts.username or parts.password or not parts.hostname or parts.query or parts.fragment:
+            raise ServiceError("source_invalid", f"{redacted(source)}: a website source is a plain URL prefix such "
+                                                 f"as https://docs.example.com/api/ (no credentials, query or fragment).")
+        prefix = source
+        if not parts.path.endswith("/"):  # …/api/index.html is the prefix …/api/; …/api is …/api/
+            prefix = source.rsplit("/", 1)[0] + "/" if "." in parts.path.rsplit("/", 1)[-1] else source + "/"
+        return WebsiteSource(spec=prefix, url=prefix)
     if not source.startswith(GIT_SCHEMES):
         scheme = source.split("://", 1)[0]
         raise ServiceError("source_kind_unsupported",
                            f"Sources of kind {scheme!r} are not supported: use a folder of this server or "
-                           f"a git repository ({', '.join(s + '…' for s in GIT_SCHEMES)}).")
+                           f"a git repository ({', '.join(s + '…' for s in GIT_SCHEMES)}) or a website "
+                           f"(https://…).")
     text, _, fragment = source.partition("#")
     path = ""
     if fragment:
@@ -87,7 +118,7 @@ def redacted(text: str) -> str:
     return re.sub(r"(://)[^/@\s]+@", r"\1***@", text)
 
 
-def source_check(source: str) -> GitSource:
+def source_check(source: str) -> GitSource | WebsiteSource:
     """Parse a source URL and check it against the allowed URL prefixes; raise source_not_allowed otherwise."""
     parsed = parse_source(source)
     prefixes = [root for root in settings.RAG_SOURCE_ROOTS if "://" in root]
@@ -99,15 +130,30 @@ def source_check(source: str) -> GitSource:
     return parsed
 
 
-def checkout_dir(slug: str) -> Path:
-    """Where a knowledge base's git source is checked out (inside the allowed `$RAG_DATA_DIR/sources`)."""
-    return Path(settings.DATA_DIR) / "sources" / "git" / slug
+def checkout_dir(slug: str, kind: str = "git") -> Path:
+    """Where a knowledge base's git source is checked out, or its website's pages are kept (inside the allowed
+    `$RAG_DATA_DIR/sources`)."""
+    return Path(settings.DATA_DIR) / "sources" / ("web" if kind == "website" else "git") / slug
 
 
-def source_folder(slug: str, source: GitSource) -> Path:
-    """The folder a build reads: the checkout, or the `#path=` folder inside it."""
-    folder = checkout_dir(slug)
+def source_folder(slug: str, source: GitSource | WebsiteSource) -> Path:
+    """The folder a build reads: the checkout (or the `#path=` folder inside it), or the website's pages."""
+    folder = checkout_dir(slug, source.kind)
     return folder / source.path if source.path else folder
+
+
+def sync(slug: str, source: GitSource | WebsiteSource) -> str:
+    """Bring the knowledge base's copy of its source up to date; return the revision (a commit, or a crawl's time)."""
+    if source.kind == "website":
+        from datetime import UTC, datetime
+
+        from rag.services.crawl import Crawler
+
+        folder = checkout_dir(slug, "website")
+        report = Crawler(source.url, folder).run()
+        (folder / CRAWL_REPORT).write_text(json.dumps(report.as_dict()), encoding="utf-8")
+        return "crawled " + datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return git_sync(slug, source)
 
 
 def git_sync(slug: str, source: GitSource) -> str:
