@@ -121,7 +121,9 @@ def redacted(text: str) -> str:
 def source_check(source: str) -> GitSource | WebsiteSource:
     """Parse a source URL and check it against the allowed URL prefixes; raise source_not_allowed otherwise."""
     parsed = parse_source(source)
-    prefixes = [root for root in settings.RAG_SOURCE_ROOTS if "://" in root]
+    # A prefix naming only a host ends at its "/": https://docs.example.com allows no https://docs.example.com.evil/
+    prefixes = [root + "/" if "://" in root and "/" not in root.split("://", 1)[1] else root
+                for root in settings.RAG_SOURCE_ROOTS if "://" in root]
     if not any(parsed.spec.startswith(prefix) for prefix in prefixes):
         allowed = ", ".join(prefixes) or "none"
         raise ServiceError("source_not_allowed", f"Source {parsed.spec} does not start with a URL prefix knowledge "

@@ -162,9 +162,11 @@ def test_the_politeness_delay_spaces_the_requests(site, engine, settings):
     assert len(pages) >= 5 and pages[-1] - pages[0] >= 0.2 * (len(pages) - 2)
 
 
-def test_a_website_outside_the_allowed_prefixes_is_refused_before_any_request(site):
+def test_a_website_outside_the_allowed_prefixes_is_refused_before_any_request(site, settings):
+    settings.RAG_SOURCE_ROOTS = [*settings.RAG_SOURCE_ROOTS, "https://docs.example.com"]
     refused = run_json_failure("reindex", "--kb", "site", "--source", site.base + "/")
     internal = run_json_failure("reindex", "--kb", "site", "--source", "http://169.254.169.254/latest/")
+    lookalike = run_json_failure("reindex", "--kb", "site", "--source", "https://docs.example.com.evil.example/api/")
 
-    assert refused["code"] == internal["code"] == "source_not_allowed"
+    assert refused["code"] == internal["code"] == lookalike["code"] == "source_not_allowed"
     assert site.requests == [] and not KnowledgeBase.objects.exists()
