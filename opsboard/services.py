@@ -203,6 +203,7 @@ def _rule_values() -> list[tuple[str, float | None, float, str]]:
     queue = selectors.queue_depth()
     pool = selectors.token_pool_today()
     pool_left = pool["remaining"] / pool["limit"] if pool and pool["limit"] else None
+    failed_syncs = list(KnowledgeBase.objects.exclude(sync_error="").order_by("slug").values_list("slug", "sync_error"))
     return [
         ("thumbs_down_rate", totals["thumbs_down_rate"] if enough else None, config["THUMBS_DOWN_RATE"],
          f"thumbs-down rate {window}"),
@@ -215,6 +216,8 @@ def _rule_values() -> list[tuple[str, float | None, float, str]]:
         ("queue_depth", queue, config["QUEUE_DEPTH"], "tasks waiting in the Celery queue"),
         ("token_pool_low", (1 - pool_left) if pool_left is not None else None, 1 - config["TOKEN_POOL_REMAINING"],
          "share of today's web token pool spent"),
+        ("source_sync_failed", float(len(failed_syncs)), 0.5,
+         "scheduled source sync failed: " + "; ".join(f"{slug} ({error})" for slug, error in failed_syncs[:3])),
     ]
 
 
@@ -236,7 +239,7 @@ def alerts_evaluate() -> list[AlertEvent]:
         firing = value > threshold
         current = AlertEvent.objects.filter(rule=rule, resolved_at__isnull=True).first()
         if firing and current is None:
-            shown = message if rule == "breaker_open" else (
+            shown = message[:300] if rule in ("breaker_open", "source_sync_failed") else (
                 f"{message}: {_shown(rule, value)} (threshold {_shown(rule, threshold)})")
             event = AlertEvent.objects.create(rule=rule, value=value, threshold=threshold, message=shown)
             _deliver(event)

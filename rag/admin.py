@@ -9,11 +9,12 @@ from rag.models import (ClassAlias, Document, DocumentLabel, IndexVersion, Knowl
 class KnowledgeBaseForm(forms.ModelForm):
     class Meta:
         model = KnowledgeBase
-        fields = ("slug", "name", "language", "source_url", "source_dir", "base_url")
+        fields = ("slug", "name", "language", "source_url", "source_dir", "base_url", "sync_interval_minutes")
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["source_dir"].required = False
+        self.fields["sync_interval_minutes"].required = False  # left empty: no schedule
         self.fields["source_dir"].help_text += " (for a git source: set from it, its checkout in the data folder)"
 
     def clean(self):
@@ -23,6 +24,7 @@ class KnowledgeBaseForm(forms.ModelForm):
         from rag.services.sources import source_check, source_folder
 
         cleaned = super().clean()
+        cleaned["sync_interval_minutes"] = cleaned.get("sync_interval_minutes") or 0
         try:
             if cleaned.get("source_url"):
                 parsed = source_check(cleaned["source_url"])
@@ -44,7 +46,8 @@ class KnowledgeBaseAdmin(admin.ModelAdmin):
     form = KnowledgeBaseForm
     list_display = ("slug", "language", "active_version", "document_total", "source", "source_revision",
                     "source_synced_at", "updated_at")
-    readonly_fields = ("active_version", "source_revision", "source_synced_at", "created_at", "updated_at")
+    readonly_fields = ("active_version", "source_revision", "source_synced_at", "sync_checked_at", "sync_error",
+                       "created_at", "updated_at")
     actions = ["rebuild_index"]
 
     @admin.display(description="source")

@@ -35,6 +35,11 @@ class KnowledgeBase(models.Model):
                   "Empty: the pages are read from the source folder.")
     source_revision = models.CharField(max_length=64, blank=True, help_text="The git commit last synced")
     source_synced_at = models.DateTimeField(null=True, blank=True, help_text="When the source was last synced")
+    sync_interval_minutes = models.PositiveIntegerField(
+        default=0, help_text="Sync the source and rebuild when it changed every this many minutes (Celery beat); "
+                             "0: only when asked")
+    sync_error = models.CharField(max_length=500, blank=True, help_text="Why the last scheduled sync failed, if it did")
+    sync_checked_at = models.DateTimeField(null=True, blank=True, help_text="When a scheduled sync last ran")
     base_url = models.CharField(max_length=500, blank=True,
                                 help_text="Where the pages are published, e.g. https://docs.example.com/api/ : a "
                                           "document's url is this plus its path, unless its front matter names one")

@@ -6,7 +6,7 @@ from celery import shared_task
 from django.utils import timezone
 
 from rag.models import IndexVersion, KnowledgeBase
-from rag.services.knowledge import STALE_BUILD_SECONDS, _builder_gone, index_build, this_builder
+from rag.services.knowledge import STALE_BUILD_SECONDS, _builder_gone, index_build, sources_sync_due, this_builder
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +34,12 @@ def index_build_task(kb_id: int, version_id: int | None = None) -> str:
         if claim == "abandoned":
             version = None  # index_build fails the abandoned version (_refuse_if_building) and starts a new one
     return index_build(kb, version=version).name
+
+
+@shared_task(soft_time_limit=BUILD_SOFT_TIME_LIMIT, time_limit=BUILD_TIME_LIMIT)
+def sources_sync_task() -> list[str]:
+    """Celery beat, every minute: sync the knowledge bases whose sync interval has passed (rag.services.knowledge)."""
+    return sources_sync_due()
 
 
 def _claim(version: IndexVersion) -> str:

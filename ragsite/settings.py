@@ -172,6 +172,7 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_BEAT_SCHEDULE = {  # `make run` embeds beat in its worker; in production run one `celery beat`
     "eval-runs-reap": {"task": "evaluation.tasks.eval_runs_reap_task", "schedule": 300.0},
     "ops-alerts": {"task": "opsboard.tasks.alerts_evaluate_task", "schedule": 60.0},
+    "sources-sync": {"task": "rag.tasks.sources_sync_task", "schedule": 60.0},  # each KB's sync_interval_minutes
     "ops-rollup": {"task": "opsboard.tasks.rollup_hours_task", "schedule": 300.0},
     "ops-daily-report": {"task": "opsboard.tasks.daily_report_task", "schedule": crontab(hour=0, minute=10)},
 }

@@ -325,6 +325,30 @@ def source_sync(kb: KnowledgeBase) -> str:
     return revision
 
 
+def sources_sync_due(now=None) -> list[str]:
+    """Sync every knowledge base whose `sync_interval_minutes` has passed since its last scheduled sync: fetch its
+    source (git, website or folder) and build a new version only when its pages or the model changed. A failure
+    (network, credentials, a site gone, a page budget) keeps the active version and is kept in `sync_error`, which
+    the ops site's `source_sync_failed` alert reads; the next good sync clears it. Returns the slugs synced."""
+    now = now or timezone.now()
+    synced = []
+    for kb in KnowledgeBase.objects.filter(sync_interval_minutes__gt=0).order_by("slug"):
+        if kb.sync_checked_at and kb.sync_checked_at + timezone.timedelta(minutes=kb.sync_interval_minutes) > now:
+            continue
+        kb.sync_checked_at = now
+        kb.save(update_fields=["sync_checked_at"])
+        try:
+            if index_building(kb) is None and index_unchanged_version(kb) is None:
+                index_build(kb)
+            error = ""
+        except ServiceError as exc:
+            error = f"{exc.code}: {exc.message}"[:500]
+            log.warning("scheduled sync of %s failed: %s", kb.slug, error)
+        KnowledgeBase.objects.filter(pk=kb.pk).update(sync_error=error)
+        synced.append(kb.slug)
+    return synced
+
+
 def source_as_dict(kb: KnowledgeBase) -> dict:
     """Where a knowledge base's pages come from, as `rag status --json` and `rag reindex --json` show it."""
     if kb.source_url:

@@ -219,3 +219,41 @@ def test_the_admin_sets_a_git_source_allowed_by_a_prefix_and_refuses_another(rep
     kb.refresh_from_db()
     assert kb.source_url == repository.url + "@main#path=docs"
     assert kb.source_dir == str(Path(settings.DATA_DIR) / "sources" / "git" / "sdk" / "docs")
+
+
+# -- scheduled syncs ----------------------------------------------------------------------------------------
+
+
+def test_a_scheduled_sync_builds_only_when_the_source_changed_and_a_failure_alerts_once(repository, engine,
+                                                                                        settings):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from opsboard.models import AlertEvent
+    from opsboard.services import alerts_evaluate
+    from rag.services.knowledge import sources_sync_due
+
+    first = run_json("reindex", "--kb", "sdk", "--source", repository.url + "#path=docs")
+    KnowledgeBase.objects.filter(slug="sdk").update(sync_interval_minutes=30)
+    start = timezone.now()
+
+    assert sources_sync_due(start) == ["sdk"]  # never checked on schedule: due now; nothing changed, nothing built
+    assert KnowledgeBase.objects.get(slug="sdk").active_version.name == first["version"]
+    assert sources_sync_due(start + timedelta(minutes=10)) == []  # not due again before its interval
+
+    fog = repository.work / "docs" / "Fog.md"
+    fog.write_text(fog.read_text(encoding="utf-8") + "\n补充：雾不影响透明物体的阴影。\n", encoding="utf-8")
+    head = repository.commit("edit Fog")
+    assert sources_sync_due(start + timedelta(minutes=31)) == ["sdk"]
+    kb = KnowledgeBase.objects.get(slug="sdk")
+    assert kb.active_version.name != first["version"] and kb.active_version.source_revision == head
+
+    shutil.rmtree(repository.bare)  # the repository went away
+    assert sources_sync_due(start + timedelta(minutes=62)) == ["sdk"]
+    kb.refresh_from_db()
+    assert kb.sync_error.startswith("source_sync_failed") and kb.active_version.source_revision == head
+    alerts_evaluate()
+    alerts_evaluate()  # still failing: the one alert stays open, none is added
+    fired = AlertEvent.objects.filter(rule="source_sync_failed")
+    assert fired.count() == 1 and "sdk" in fired.get().message and fired.get().resolved_at is None
