@@ -54,6 +54,8 @@ def search_as_dict(outcome: SearchOutcome | AnswerOutcome, *, top_k: int | None)
         "top_k": top_k if top_k is not None else 5,
         "kb": outcome.kb,
         "version": outcome.version,
+        "built_at": outcome.built_at,  # which docs were read: when the version was built and from which revision
+        "source_revision": outcome.source_revision,
         "results": [hit_as_dict(h, kb=outcome.kb, version=outcome.version) for h in result.hits],
         "plan": result.plan.as_dict(),
         "excluded": list(result.excluded),

@@ -57,6 +57,8 @@ class SearchOutput(BaseModel):
     kb: str = Field(description="Knowledge base searched")
     index_version: str = Field(description="Index version read")
     index_built_at: str | None = Field(description="When that version was built (ISO 8601)")
+    source_revision: str = Field(default="", description="The git commit or website crawl the version was built "
+                                                         "from; empty for a folder of the server")
     plan: Plan
     results: list[Chunk]
 
@@ -83,6 +85,7 @@ class AskOutput(BaseModel):
     kb: str
     index_version: str
     index_built_at: str | None
+    source_revision: str = ""
     answer: str
     confidence: str = Field(description="high, medium, low or none")
     degraded: bool = Field(description="True when the model was unavailable and the answer is extractive")

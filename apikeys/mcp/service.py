@@ -113,7 +113,8 @@ def mcp_refusal_record(*, caller: Caller, tool: str, arguments: dict, error: Ser
 
 
 def _provenance(outcome) -> dict:
-    return {"kb": outcome.kb, "index_version": outcome.version, "index_built_at": outcome.built_at}
+    return {"kb": outcome.kb, "index_version": outcome.version, "index_built_at": outcome.built_at,
+            "source_revision": outcome.source_revision}
 
 
 def _plan_summary(plan) -> dict:

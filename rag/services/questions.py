@@ -114,6 +114,7 @@ class SearchOutcome:
     candidates: tuple[Hit, ...] = ()  # the adopted hits, then the next ranked ones (QuestionRequest.candidates)
     profile: Profile | None = None  # what served the search (its fingerprint)
     cached: SearchOutcome | None = None  # on a cache hit: the outcome as it was first computed
+    source_revision: str = ""  # the git commit, or the website crawl, that version was built from; "" for a folder
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +144,7 @@ class AnswerOutcome:
     answer: Answer
     generate_ms: float = 0.0
     latency_ms: float = 0.0
+    source_revision: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -452,7 +454,8 @@ class _Call:
         outcome = SearchOutcome(request_id=self.request_id, question=question, kb=knowledge_base.slug, version=row.name,
                                 built_at=row.built_at.isoformat() if row.built_at else None, result=result,
                                 latency_ms=round(self.elapsed_ms(), 3),
-                                candidates=_candidates(result, request.candidates), profile=profile)
+                                candidates=_candidates(result, request.candidates), profile=profile,
+                                source_revision=row.source_revision)
         if key is not None:
             retrieval_cache().put(key, outcome)
         return outcome
@@ -461,7 +464,8 @@ class _Call:
         generate_ms = round((time.perf_counter() - generate_started) * 1000, 3)
         outcome = AnswerOutcome(request_id=self.request_id, question=search.question, kb=search.kb, version=search.version,
                                 built_at=search.built_at, result=search.result, answer=answer,
-                                generate_ms=generate_ms, latency_ms=round(self.elapsed_ms(), 3))
+                                generate_ms=generate_ms, latency_ms=round(self.elapsed_ms(), 3),
+                                source_revision=search.source_revision)
         self.record(result=search.result, answer=answer, generate_ms=generate_ms)
         return outcome
 

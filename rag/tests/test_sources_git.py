@@ -70,7 +70,8 @@ def test_a_git_source_syncs_and_each_commit_shows_up_with_its_page_counts(reposi
     assert first["pages"] == {"added": 4, "changed": 0, "removed": 0, "renamed": 0, "unchanged": 0}
     assert first["source"]["kind"] == "git" and first["source"]["revision"] == head
     assert first["source"]["location"] == repository.url + "#path=docs"
-    assert run_json("search", "--kb", "sdk", "Fog 的 near")["results"]
+    searched = run_json("search", "--kb", "sdk", "Fog 的 near")
+    assert searched["results"] and searched["source_revision"] == head and searched["built_at"]
 
     docs = repository.work / "docs"
     fog = docs / "Fog.md"
