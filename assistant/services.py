@@ -143,6 +143,7 @@ def _chat_frames(events):
         if isinstance(event, RetrievalEvent):
             search = event.search
             yield {"type": "plan", "request_id": search.request_id, "kb": search.kb, "version": search.version,
+                   "built_at": search.built_at, "source_revision": search.source_revision,
                    "plan": search.result.plan.as_dict()}
             yield {"type": "retrieval", "request_id": search.request_id,
                    "results": search_as_dict(search, top_k=None)["results"]}
@@ -206,6 +207,8 @@ def chat_as_dict(outcome: AnswerOutcome) -> dict:
         "usage": answer.usage.as_dict(),
         "kb": outcome.kb,
         "version": outcome.version,
+        "built_at": outcome.built_at,  # the docs as of: when the version was built, and from which revision
+        "source_revision": outcome.source_revision,
         "plan": outcome.result.plan.as_dict(),
     }
 

@@ -217,6 +217,11 @@
   function showAbout(turn, event) {
     turn.node.querySelector(".about-kb").textContent = event.kb || "";
     turn.node.querySelector(".about-version").textContent = event.version || "";
+    // Which docs answered: the version's build time, and the git commit or website crawl it was built from.
+    const built = event.built_at ? new Date(event.built_at).toLocaleString() : "";
+    const revision = (event.source_revision || "").startsWith("crawled") ? event.source_revision
+      : (event.source_revision || "").slice(0, 12);
+    turn.node.querySelector(".about-docs").textContent = [built, revision].filter(Boolean).join(" · ");
     turn.node.querySelector(".about-request").textContent = event.request_id || "";
   }
 
