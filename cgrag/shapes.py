@@ -29,7 +29,7 @@ def pipeline_of(outcome: SearchOutcome, item: dict, *, cached: bool = False) -> 
     pipeline = {
         "requested_scope": item["requested_scope"], "active_scope": item["active_scope"],
         "scope_switched": item["scope_switched"], "profile_fingerprint": outcome.profile.id if outcome.profile else "",
-        "index_version": outcome.version,
+        "index_version": outcome.version, "index_built_at": outcome.built_at, "source_revision": outcome.source_revision,
         "rerank_enabled": result.rerank != "none", "api_rerank_enabled": result.rerank == "api",
         "rerank_backend": result.rerank,
         "retrieval_time_ms": round(total_ms - rerank_ms, 3), "rerank_time_ms": rerank_ms,
