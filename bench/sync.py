@@ -6,7 +6,8 @@ compare, build nothing) as a share of it, and a sync after 5 pages were edited (
 against 5% of the cold build plus the embedding of what changed.
 website: a real generated HTML reference (Click's Sphinx pages from Debian's python-click-doc, prepared by
 bench/formats/prepare.sh) served by a local HTTP server with Last-Modified; a cold crawl and build, then a
-no-change sync (every page answered 304, nothing built), and the crawl's pages per second.
+no-change sync (every page answered 304, nothing built), and the crawl's pages per second at 1 and 4 fetches at a
+time (and with a politeness delay).
 
 Everything runs in a fresh data folder (`$RAG_DATA_DIR/bench-sync`, replaced each run); the embedding cache starts
 empty, so the cold figures are cold.
@@ -131,6 +132,16 @@ def website_figures(site: str) -> None:
     print(f"  no-change sync: {same_s:.2f} s = {same_s / cold_s:.2%} of cold (target <= 3%), "
           f"{again['not_modified']} answered 304, {again['fetched']} fetched, built nothing: "
           f"{unchanged is not None and unchanged.pk == cold.pk}")
+    from rag.services.crawl import Crawler
+
+    for concurrency, delay in ((1, 0.0), (4, 0.0), (4, 0.05)):
+        folder = Path(tempfile.mkdtemp(prefix="bench-crawl-"))
+        report = Crawler(site, folder, concurrency=concurrency, delay=delay).run()
+        shutil.rmtree(folder, ignore_errors=True)
+        page_requests = report.fetched + len(report.skipped)
+        print(f"  crawl at {concurrency} fetch(es) at a time, delay {delay} s: {report.pages} pages in "
+              f"{report.seconds:.2f} s = {report.pages / report.seconds:.0f} pages/s"
+              + (f" (the delay alone takes at least {page_requests * delay:.2f} s)" if delay else ""))
 
 
 if __name__ == "__main__":

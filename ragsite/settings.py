@@ -261,6 +261,7 @@ RAG_GIT_TOKEN = env_secret("RAG_GIT_TOKEN")
 # A website source (rag.services.crawl): at most this many pages per sync, this many seconds between two requests.
 RAG_CRAWL_MAX_PAGES = env_int("RAG_CRAWL_MAX_PAGES", default=2000, minimum=1)
 RAG_CRAWL_DELAY = env_float("RAG_CRAWL_DELAY", default=0.5, minimum=0.0)
+RAG_CRAWL_CONCURRENCY = env_int("RAG_CRAWL_CONCURRENCY", default=1, minimum=1)  # pages fetched at once
 
 # The MCP service (apikeys/mcp): tools are named search_<slug>_docs and ask_<slug>_docs.
 RAG_PRODUCT_SLUG = env_str("RAG_PRODUCT_SLUG", default="sdk")

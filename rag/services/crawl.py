@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 import time
 import urllib.robotparser
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urldefrag, urljoin, urlsplit
@@ -71,15 +73,32 @@ class Crawler:
     """Fetch a site's pages under a prefix into a folder, conditionally after the first time."""
 
     def __init__(self, prefix: str, folder: Path, *, max_pages: int | None = None, delay: float | None = None,
-                 session: requests.Session | None = None):
+                 concurrency: int | None = None):
         self.prefix = prefix if prefix.endswith("/") else prefix + "/"
         self.folder = folder
         self.max_pages = settings.RAG_CRAWL_MAX_PAGES if max_pages is None else max_pages
         self.delay = settings.RAG_CRAWL_DELAY if delay is None else delay
-        self.session = session or requests.Session()
-        self.session.headers["User-Agent"] = USER_AGENT
+        self.concurrency = max(1, settings.RAG_CRAWL_CONCURRENCY if concurrency is None else concurrency)
         self.report = CrawlReport()
         self._last = 0.0
+        self._pace = threading.Lock()  # request starts are spaced by the delay, whichever fetcher sends them
+        self._count = threading.Lock()  # the report's counters
+        self._local = threading.local()  # one requests.Session per fetcher thread
+
+    @property
+    def session(self) -> requests.Session:
+        session = getattr(self._local, "session", None)
+        if session is None:
+            session = self._local.session = requests.Session()
+            session.headers["User-Agent"] = USER_AGENT
+        return session
+
+    def _note(self, counter: str = "", skipped: dict | None = None) -> None:
+        with self._count:
+            if counter:
+                setattr(self.report, counter, getattr(self.report, counter) + 1)
+            if skipped:
+                self.report.skipped.append(skipped)
 
     def run(self) -> CrawlReport:
         started = time.perf_counter()
@@ -93,29 +112,31 @@ class Crawler:
         seen = set(queue)
         after: dict[str, dict] = {}
         files: set[str] = set()
-        while queue:
-            url = queue.popleft()
-            if len(files) >= self.max_pages:
-                self.report.budget_hit = True
-                self.report.skipped.append({"url": url, "reason": f"page budget of {self.max_pages} reached"})
-                continue
-            if not robots.can_fetch(USER_AGENT, url):
-                self.report.skipped.append({"url": url, "reason": "excluded by robots.txt"})
-                continue
-            page = self._fetch_page(url, before)
-            if page is None:
-                continue
-            key, entry, links = page
-            duplicate = entry["file"] in files  # two URLs (a redirect, a canonical link) for one page
-            after[key] = entry  # each URL keeps its validators, so the next crawl asks for it conditionally too
-            files.add(entry["file"])
-            if duplicate:
-                continue
-            if follow_links:
-                for link in links:
-                    if link not in seen and in_scope(link, self.prefix):
-                        seen.add(link)
-                        queue.append(link)
+        with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="crawl") as pool:
+            while queue:
+                batch = []  # up to `concurrency` pages fetched at once, then handled in the order they were found
+                while queue and len(batch) < self.concurrency:
+                    url = queue.popleft()
+                    if len(files) + len(batch) >= self.max_pages:
+                        self.report.budget_hit = True
+                        self.report.skipped.append({"url": url, "reason": f"page budget of {self.max_pages} reached"})
+                    elif not robots.can_fetch(USER_AGENT, url):
+                        self.report.skipped.append({"url": url, "reason": "excluded by robots.txt"})
+                    else:
+                        batch.append(url)
+                for page in pool.map(lambda url: self._fetch_page(url, before), batch):
+                    if page is None:
+                        continue
+                    key, entry, links = page
+                    duplicate = entry["file"] in files  # two URLs (a redirect, a canonical link) for one page
+                    after[key] = entry  # each URL keeps its validators: the next crawl asks for it conditionally
+                    files.add(entry["file"])
+                    if duplicate or not follow_links:
+                        continue
+                    for link in links:
+                        if link not in seen and in_scope(link, self.prefix):
+                            seen.add(link)
+                            queue.append(link)
         if self.report.budget_hit:  # not the whole site: nothing is removed, and the build does not go on
             raise ServiceError("source_sync_failed", f"{self.prefix} has more than RAG_CRAWL_MAX_PAGES = "
                                                      f"{self.max_pages} pages; the active version keeps serving.",
@@ -131,11 +152,12 @@ class Crawler:
     def _get(self, url: str, headers: dict | None = None) -> tuple[str, requests.Response | None]:
         """GET within the prefix, following redirects only inside it; return the final URL and the response."""
         for _ in range(REDIRECT_LIMIT + 1):
-            wait = self._last + self.delay - time.monotonic()
-            if wait > 0:
-                time.sleep(wait)  # the politeness delay between two requests to the site
-            self._last = time.monotonic()
-            self.report.requests += 1
+            with self._pace:
+                wait = self._last + self.delay - time.monotonic()
+                if wait > 0:
+                    time.sleep(wait)  # the politeness delay between two requests to the site
+                self._last = time.monotonic()
+            self._note("requests")
             try:
                 response = self.session.get(url, headers=headers or {}, allow_redirects=False, timeout=(5, 30))
             except requests.RequestException as exc:
@@ -144,12 +166,12 @@ class Crawler:
             if response.status_code in (301, 302, 303, 307, 308) and "Location" in response.headers:
                 target = urljoin(url, response.headers["Location"])
                 if not in_scope(target, self.prefix):
-                    self.report.skipped.append({"url": url, "reason": f"redirects outside the site prefix: {target}"})
+                    self._note(skipped={"url": url, "reason": f"redirects outside the site prefix: {target}"})
                     return url, None
                 url = target
                 continue
             return url, response
-        self.report.skipped.append({"url": url, "reason": "too many redirects"})
+        self._note(skipped={"url": url, "reason": "too many redirects"})
         return url, None
 
     def _robots(self) -> urllib.robotparser.RobotFileParser:
@@ -209,24 +231,26 @@ class Crawler:
         if response is None:
             return None
         if response.status_code == 304 and known:
-            self.report.not_modified += 1
+            self._note("not_modified")
             body = (self.folder / known["file"]).read_bytes()
             return urldefrag(url)[0], known, self._links(final, body)
         if response.status_code != 200:
-            self.report.skipped.append({"url": url, "reason": f"HTTP {response.status_code}"})
+            self._note(skipped={"url": url, "reason": f"HTTP {response.status_code}"})
             return None
         kind = response.headers.get("Content-Type", "").split(";")[0].strip().lower()
         if kind not in ("text/html", "application/xhtml+xml"):
-            self.report.skipped.append({"url": url, "reason": f"not HTML ({kind or 'no content type'})"})
+            self._note(skipped={"url": url, "reason": f"not HTML ({kind or 'no content type'})"})
             return None
-        self.report.fetched += 1
+        self._note("fetched")
         body = response.content
         key = self._canonical(final, body)
         name = page_file(key, self.prefix)
         path = self.folder / name
         path.parent.mkdir(parents=True, exist_ok=True)
         if not path.exists() or path.read_bytes() != body:
-            path.write_bytes(body)
+            partial = path.with_name(f".{path.name}.{threading.get_ident()}.partial")
+            partial.write_bytes(body)
+            partial.replace(path)  # two URLs of one page may be fetched at once: each write is whole
         entry = {"file": name, "etag": response.headers.get("ETag", ""),
                  "last_modified": response.headers.get("Last-Modified", ""), "url": key,
                  "sha1": hashlib.sha1(body).hexdigest()}

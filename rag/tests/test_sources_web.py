@@ -43,6 +43,8 @@ class Site:
         self.requests: list[tuple[str, dict, float]] = []
         self.lock = threading.Lock()
         self.modified = formatdate(1_700_000_000, usegmt=True)
+        self.slow: threading.Event | None = None  # set: each page waits for it (up to 5 s) before answering
+        self.in_flight = self.most_in_flight = 0
 
     def page_requests(self, path: str = "") -> list[tuple[str, dict, float]]:
         return [r for r in self.requests if r[0].startswith("/api/") and r[0].endswith(".html" if not path else path)]
@@ -56,6 +58,17 @@ def site(settings, tmp_path):
         def do_GET(self):  # noqa: N802 - the http.server API
             with state.lock:
                 state.requests.append((self.path, dict(self.headers), time.monotonic()))
+                state.in_flight += 1
+                state.most_in_flight = max(state.most_in_flight, state.in_flight)
+            try:
+                if state.slow is not None and self.path.startswith("/api/"):
+                    state.slow.wait(0.3)  # a slow page: requests sent meanwhile overlap it
+                self.serve()
+            finally:
+                with state.lock:
+                    state.in_flight -= 1
+
+        def serve(self):
             if self.path in state.redirects:
                 self.send_response(301)
                 self.send_header("Location", state.redirects[self.path])
@@ -170,3 +183,14 @@ def test_a_website_outside_the_allowed_prefixes_is_refused_before_any_request(si
 
     assert refused["code"] == internal["code"] == lookalike["code"] == "source_not_allowed"
     assert site.requests == [] and not KnowledgeBase.objects.exists()
+
+
+def test_four_fetchers_crawl_the_same_pages_at_once(site, engine, settings):
+    settings.RAG_CRAWL_CONCURRENCY = 4
+    site.slow = threading.Event()  # never set: every page takes 0.3 s, so fetchers sent together overlap
+
+    synced = run_json("reindex", "--kb", "site", "--source", site.base + "/api/")
+
+    assert synced["synced_notes"] == 3 and site.most_in_flight > 1
+    reasons = {item["url"].removeprefix(site.base): item["reason"] for item in synced["source"]["crawl"]["skipped"]}
+    assert reasons["/api/Argument.html"] == "HTTP 404" and reasons["/api/private/notes.html"] == "excluded by robots.txt"
