@@ -99,6 +99,7 @@ def git_figures(repos: Path) -> None:
 
     kb = kb_ensure(slug="git-en", source_dir=f"git+file://{bare}#path=docs")
     cold, cold_s = timed(lambda: index_build(kb))
+    kb.refresh_from_db()  # its active version is the one just built
     unchanged, same_s = timed(lambda: index_unchanged_version(kb))
     edited = sorted((work / "docs").rglob("*.md"))[::50][:5]
     for page in edited:
@@ -123,6 +124,7 @@ def website_figures(site: str) -> None:
 
     kb = kb_ensure(slug="site-click", source_dir=site)
     cold, cold_s = timed(lambda: index_build(kb))
+    kb.refresh_from_db()
     crawl = last_crawl("site-click")
     unchanged, same_s = timed(lambda: index_unchanged_version(kb))
     again = last_crawl("site-click")
