@@ -113,6 +113,12 @@ def _with_headers(response, headers: dict[str, str], *, skip: tuple[str, ...] = 
     return response
 
 
+def freshness_of(outcome) -> dict[str, str]:
+    """Which docs answered, in a header the RAGFlow, Dify and seed clients ignore (their bodies keep their shapes):
+    `X-Docs-Freshness: <kb>@<version> built <ISO time>[ rev <git commit or crawl>]`, one per base, comma-separated."""
+    return {"X-Docs-Freshness": ", ".join(outcome.freshness)} if outcome.freshness else {}
+
+
 def seed_failure(exc: Exception) -> Response:
     error = _error_of(exc, "open")
     body = {"code": SEED_CODES.get(error.code, SEED_CODES["internal_error"]), "msg": error.message,
@@ -169,7 +175,7 @@ class RetrievalApi(APIView):
                 settings=(rag_setting, overrides), filter=document_filter, caller=caller))
             call["outcome"] = outcome
         return Response({"code": 0, "msg": "success", "message": "success", "data": seed_data(outcome),
-                         "request_id": outcome.request_id}, headers=call["headers"])
+                         "request_id": outcome.request_id}, headers={**call["headers"], **freshness_of(outcome)})
 
 
 # -- RAGFlow: POST /ragflow/api/v1/retrieval ------------------------------------------------------------
@@ -256,7 +262,7 @@ def ragflow_retrieval(request: HttpRequest) -> JsonResponse:
         return _ragflow_failure(exc)
     highlight = body.get("highlight") is True
     return _with_headers(JsonResponse({"code": 0, "data": ragflow_data(outcome, with_highlight=highlight)}),
-                         call["headers"])
+                         {**call["headers"], **freshness_of(outcome)})
 
 
 # -- RAGFlow: the dataset listings a client calls before it retrieves, and RAGFlow's envelope everywhere -------
@@ -422,4 +428,5 @@ def dify_retrieval(request: HttpRequest) -> JsonResponse:
     except Exception as exc:  # noqa: BLE001 - every failure becomes Dify's {error_code, error_msg}
         header = request.headers.get("Authorization", "")
         return _dify_failure(exc, malformed_header=bool(header) and not is_bearer(header))
-    return _with_headers(JsonResponse({"records": [dify_record(c) for c in outcome.chunks]}), call["headers"])
+    return _with_headers(JsonResponse({"records": [dify_record(c) for c in outcome.chunks]}),
+                         {**call["headers"], **freshness_of(outcome)})

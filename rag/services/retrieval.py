@@ -213,6 +213,7 @@ class RetrievalOutcome:
     summary: str
     setting: RetrievalSetting
     usage: Usage  # what the model calls (rerank, keywords, summary) cost
+    freshness: tuple[str, ...] = ()  # per base searched: "<kb>@<version> built <ISO time>[ rev <revision>]"
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,11 +263,14 @@ def question_retrieve(request: RetrievalRequest) -> RetrievalOutcome:
         allowed = documents_allowed(kbs, document_filter)  # None: every document
         timings: dict[str, float] = {}
         candidates: list[_Candidate] = []
-        versions = []
+        versions, freshness = [], []
         with held(record_request, "retrieval"):
             for kb in kbs:
                 row = version_of(kb, None)
                 versions.append(f"{kb.slug}@{row.name}")
+                built = row.built_at.isoformat(timespec="seconds") if row.built_at else "unknown"
+                freshness.append(f"{kb.slug}@{row.name} built {built}"
+                                 + (f" rev {row.source_revision}" if row.source_revision else ""))
                 reader = engine.reader(kb.slug, row.name)
                 # Identifiers misspelt against this base's catalog are read corrected ("PerspectivCamera"), as
                 # every search reads them: on the written dev set, class hit 83.0% -> 84.4% (half A 77.9 -> 80.9).
@@ -303,7 +307,8 @@ def question_retrieve(request: RetrievalRequest) -> RetrievalOutcome:
             usage += summary_usage
         outcome = RetrievalOutcome(
             request_id=call.request_id, question=question, total=len(passing), chunks=chunks,
-            doc_aggs=_aggregates(passing, documents), summary=summary, setting=setting, usage=usage)
+            doc_aggs=_aggregates(passing, documents), summary=summary, setting=setting, usage=usage,
+            freshness=tuple(freshness))
         call.record(result=_search_result(question, window, ",".join(versions), timings, rerank, keywords))
         return outcome
 

@@ -183,3 +183,26 @@ def test_only_http_or_relative_front_matter_urls_reach_ragflow_and_dify(client, 
     assert ragflow_urls["Good.md"] == dify_urls["Good.md"] == "https://docs.example.com/good"
     assert ragflow_urls["Relative.md"] == dify_urls["Relative.md"] == "/docs/relative"
     assert "javascript" not in json.dumps([ragflow, dify]).lower()
+
+
+@pytest.mark.parametrize("path, body", [
+    ("/api/v1/retrieval", {"question": "mesh", "app_id": 0, "rag_setting": {}, "kb_ids": ["alpha", "beta"]}),
+    ("/ragflow/api/v1/retrieval", {"question": "mesh", "dataset_ids": ["alpha", "beta"]}),
+    ("/dify/retrieval", {"knowledge_id": "alpha", "query": "mesh", "retrieval_setting": {"top_k": 2}}),
+])
+def test_every_retrieval_face_says_which_docs_answered_in_a_header(client, two_kbs, path, body):
+    """Issue 30: the index version, its build time and source revision ride in X-Docs-Freshness; the bodies keep the
+    shapes their SDKs parse."""
+    from rag.models import IndexVersion
+
+    IndexVersion.objects.filter(pk=two_kbs.alpha.active_version_id).update(source_revision="3f1c2a9")
+    if "app_id" in body:
+        body = {**body, "app_id": two_kbs.app.pk}
+
+    response = client.post(path, data=json.dumps(body), content_type="application/json",
+                           HTTP_AUTHORIZATION=f"Bearer {two_kbs.secret}")
+
+    assert response.status_code == 200, response.content
+    alpha = two_kbs.alpha.active_version
+    assert f"alpha@{alpha.name} built " in response["X-Docs-Freshness"]
+    assert "rev 3f1c2a9" in response["X-Docs-Freshness"]
