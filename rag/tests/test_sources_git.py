@@ -226,7 +226,7 @@ def test_the_admin_sets_a_git_source_allowed_by_a_prefix_and_refuses_another(rep
 
 
 def test_a_scheduled_sync_builds_only_when_the_source_changed_and_a_failure_alerts_once(repository, engine,
-                                                                                        settings):
+                                                                                        settings, client):
     from datetime import timedelta
 
     from django.utils import timezone
@@ -258,3 +258,8 @@ def test_a_scheduled_sync_builds_only_when_the_source_changed_and_a_failure_aler
     alerts_evaluate()  # still failing: the one alert stays open, none is added
     fired = AlertEvent.objects.filter(rule="source_sync_failed")
     assert fired.count() == 1 and "sdk" in fired.get().message and fired.get().resolved_at is None
+    from opsboard.tests.test_ops import ops_user
+
+    client.force_login(ops_user())
+    page = client.get("/ops/freshness").content.decode()
+    assert "last scheduled sync failed" in page and head[:12] in page and "every 30 min" in page
