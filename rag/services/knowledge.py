@@ -86,7 +86,8 @@ def kb_ensure(*, slug: str, source_dir: str | None = None, language: str | None 
     if is_remote(source_dir):  # a git repository or a website: its copy in the data folder is the source folder
         parsed = source_check(source_dir)
         source_url, source_dir = parsed.spec, str(source_folder(slug, parsed))
-        site = parsed.url if parsed.kind == "website" else ""  # where its pages are published: citations link there
+        # where its pages are shown (the site, or the repository's web view): citations link there
+        site = parsed.url if parsed.kind == "website" else parsed.web_view
     if kb is None:
         if not source_dir:
             raise ServiceError("kb_not_found", f"Knowledge base {slug!r} does not exist; give --source to create it.",

@@ -64,6 +64,15 @@ class GitSource:
     def kind(self) -> str:
         return "git"
 
+    @property
+    def web_view(self) -> str:
+        """Where an https repository shows its files (`<repo>/blob/<ref>/<path>/`, as GitHub, Gitea and GitLab
+        serve it), so citations link to the page as its repository shows it; "" for file:// and ssh."""
+        if not self.url.startswith("https://"):
+            return ""
+        repository = self.url.removesuffix("/").removesuffix(".git")
+        return f"{repository}/blob/{self.ref or 'HEAD'}/" + (f"{self.path}/" if self.path else "")
+
 
 def is_remote(source: str | None) -> bool:
     """A source that is a URL rather than a folder of this server."""

@@ -263,3 +263,15 @@ def test_a_scheduled_sync_builds_only_when_the_source_changed_and_a_failure_aler
     client.force_login(ops_user())
     page = client.get("/ops/freshness").content.decode()
     assert "last scheduled sync failed" in page and head[:12] in page and "every 30 min" in page
+
+
+@pytest.mark.parametrize("source, view", [
+    ("git+https://github.com/encode/starlette@master#path=docs", "https://github.com/encode/starlette/blob/master/docs/"),
+    ("git+https://git.example.com/sdk.git", "https://git.example.com/sdk/blob/HEAD/"),
+    ("git+file:///srv/repos/sdk.git#path=docs", ""),
+    ("git+ssh://git@git.example.com/sdk.git", ""),
+])
+def test_an_https_repository_links_citations_to_its_web_view(source, view):
+    from rag.services.sources import parse_source
+
+    assert parse_source(source).web_view == view
