@@ -73,13 +73,14 @@ class Crawler:
     """Fetch a site's pages under a prefix into a folder, conditionally after the first time."""
 
     def __init__(self, prefix: str, folder: Path, *, max_pages: int | None = None, delay: float | None = None,
-                 concurrency: int | None = None):
+                 concurrency: int | None = None, progress=None):
         self.prefix = prefix if prefix.endswith("/") else prefix + "/"
         self.folder = folder
         self.max_pages = settings.RAG_CRAWL_MAX_PAGES if max_pages is None else max_pages
         self.delay = settings.RAG_CRAWL_DELAY if delay is None else delay
         self.concurrency = max(1, settings.RAG_CRAWL_CONCURRENCY if concurrency is None else concurrency)
         self.report = CrawlReport()
+        self.progress = progress  # called (pages handled, URLs known so far) after each batch
         self._last = 0.0
         self._pace = threading.Lock()  # request starts are spaced by the delay, whichever fetcher sends them
         self._count = threading.Lock()  # the report's counters
@@ -137,6 +138,8 @@ class Crawler:
                         if link not in seen and in_scope(link, self.prefix):
                             seen.add(link)
                             queue.append(link)
+                if self.progress is not None:
+                    self.progress(len(seen) - len(queue), len(seen))
         if self.report.budget_hit:  # not the whole site: nothing is removed, and the build does not go on
             raise ServiceError("source_sync_failed", f"{self.prefix} has more than RAG_CRAWL_MAX_PAGES = "
                                                      f"{self.max_pages} pages; the active version keeps serving.",

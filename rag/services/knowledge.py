@@ -188,14 +188,14 @@ def hashes_digest(hashes: dict[str, str]) -> str:
     return sha1("\n".join(f"{path}:{content_hash}" for path, content_hash in hashes.items()))
 
 
-def index_unchanged_version(kb: KnowledgeBase) -> IndexVersion | None:
+def index_unchanged_version(kb: KnowledgeBase, *, sync_progress=None) -> IndexVersion | None:
     """Return the active version when the source folder and embedding model are exactly as it was built."""
     active = kb.active_version
     store = get_engine().store
     if active is None or active.model_id != get_engine().embedder.model_id or not store.exists(kb.slug, active.name):
         return None
     if kb.source_url:
-        source_sync(kb)
+        source_sync(kb, progress=sync_progress)
     try:
         hashes = folder_hashes(_allowed_folder(kb.source_dir))  # the pages' bytes decide; no page is read
     except IngestError:
@@ -244,7 +244,7 @@ def _start_version(kb: KnowledgeBase, *, builder: str = "") -> IndexVersion:
 
 
 def index_build(kb: KnowledgeBase, *, progress=None, activate: bool = True,
-                version: IndexVersion | None = None) -> IndexVersion:
+                version: IndexVersion | None = None, sync_progress=None) -> IndexVersion:
     """Ingest the source folder, build a new version of both indexes, validate it, then switch to it.
 
     `version` is one that index_build_queue created for this build; without it a new one is started here.
@@ -259,7 +259,7 @@ def index_build(kb: KnowledgeBase, *, progress=None, activate: bool = True,
         version.builder = this_builder()
         version.save(update_fields=["builder"])
     try:
-        revision = source_sync(kb) if kb.source_url else ""
+        revision = source_sync(kb, progress=sync_progress) if kb.source_url else ""
         documents = read_folder(_allowed_folder(kb.source_dir))  # a folder changed in the database is checked too
         if not documents:
             raise ServiceError("source_empty", f"{kb.source_dir} holds no Markdown or HTML pages.")
@@ -318,9 +318,10 @@ def index_build(kb: KnowledgeBase, *, progress=None, activate: bool = True,
     return version
 
 
-def source_sync(kb: KnowledgeBase) -> str:
-    """Bring a git or website source's copy up to date; record and return its revision."""
-    revision = sync(kb.slug, source_check(kb.source_url))
+def source_sync(kb: KnowledgeBase, *, progress=None) -> str:
+    """Bring a git or website source's copy up to date; record and return its revision. `progress(done, known)`
+    follows a website's crawl."""
+    revision = sync(kb.slug, source_check(kb.source_url), progress=progress)
     kb.source_revision, kb.source_synced_at = revision, timezone.now()
     kb.save(update_fields=["source_revision", "source_synced_at", "updated_at"])
     return revision

@@ -153,7 +153,7 @@ def source_folder(slug: str, source: GitSource | WebsiteSource) -> Path:
     return folder / source.path if source.path else folder
 
 
-def sync(slug: str, source: GitSource | WebsiteSource) -> str:
+def sync(slug: str, source: GitSource | WebsiteSource, *, progress=None) -> str:
     """Bring the knowledge base's copy of its source up to date; return the revision (a commit, or a crawl's time)."""
     if source.kind == "website":
         from datetime import UTC, datetime
@@ -161,7 +161,7 @@ def sync(slug: str, source: GitSource | WebsiteSource) -> str:
         from rag.services.crawl import Crawler
 
         folder = checkout_dir(slug, "website")
-        report = Crawler(source.url, folder).run()
+        report = Crawler(source.url, folder, progress=progress).run()
         (folder / CRAWL_REPORT).write_text(json.dumps(report.as_dict()), encoding="utf-8")
         return "crawled " + datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     return git_sync(slug, source)

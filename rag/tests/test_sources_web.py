@@ -141,7 +141,7 @@ def test_a_website_is_crawled_within_its_prefix_and_a_second_sync_only_asks_if_p
     assert run_json_failure("read", "--kb", "site", "global.html")["code"] == "source_not_found"
 
 
-def test_a_site_with_a_sitemap_is_read_from_it_and_its_links_are_not_followed(site, engine):
+def test_a_site_with_a_sitemap_is_read_from_it_and_its_links_are_not_followed(site, engine, capsys):
     sitemap = ('<?xml version="1.0" encoding="UTF-8"?><urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">'
                f'<url><loc>{site.base}/api/index.html</loc></url><url><loc>{site.base}/api/Option.html</loc></url>'
                f'<url><loc>{site.base}/elsewhere/page.html</loc></url></urlset>')
@@ -150,6 +150,7 @@ def test_a_site_with_a_sitemap_is_read_from_it_and_its_links_are_not_followed(si
     synced = run_json("reindex", "--kb", "site", "--source", site.base + "/api/")
 
     assert synced["synced_notes"] == 2 and not site.page_requests("global.html")
+    assert "fetching pages: 2/2 (100%)" in capsys.readouterr().err  # the crawl's progress, then the embedding's
     assert not [r for r in site.requests if r[0].startswith("/elsewhere/")]
 
 

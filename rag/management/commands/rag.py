@@ -278,7 +278,7 @@ class Command(BaseCommand):
         version = None
         unchanged = False
         if options["if_changed"]:
-            version = index_unchanged_version(knowledge_base)
+            version = index_unchanged_version(knowledge_base, sync_progress=Progress("fetching pages"))
             unchanged = version is not None
         gate = None
         if version is None and options["background"]:
@@ -291,7 +291,7 @@ class Command(BaseCommand):
             gate = self._gated_build(knowledge_base)
             version = gate.version
         elif version is None:
-            version = index_build(knowledge_base, progress=Progress("embedding"))
+            version = index_build(knowledge_base, progress=Progress("embedding"), sync_progress=Progress("fetching pages"))
         payload = {
             "synced_notes": version.document_count,
             "indexed_nodes": version.chunk_count,
