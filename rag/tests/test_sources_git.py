@@ -275,3 +275,16 @@ def test_an_https_repository_links_citations_to_its_web_view(source, view):
     from rag.services.sources import parse_source
 
     assert parse_source(source).web_view == view
+
+
+def test_celery_beat_runs_the_scheduled_sync_every_minute(repository, engine, settings):
+    from rag.tasks import sources_sync_task
+
+    run_json("reindex", "--kb", "sdk", "--source", repository.url + "#path=docs")
+    KnowledgeBase.objects.filter(slug="sdk").update(sync_interval_minutes=5)
+
+    entry = settings.CELERY_BEAT_SCHEDULE["sources-sync"]
+    ran = sources_sync_task.apply()  # the task beat sends, run here as the worker runs it
+
+    assert (entry["task"], entry["schedule"]) == (sources_sync_task.name, 60.0)
+    assert ran.get() == ["sdk"] and KnowledgeBase.objects.get(slug="sdk").sync_checked_at is not None
