@@ -182,7 +182,7 @@ class Crawler:
         parser = urllib.robotparser.RobotFileParser()
         robots_url = f"{parts.scheme}://{parts.netloc}/robots.txt"
         try:
-            self.report.requests += 1
+            self._note("requests")
             response = self.session.get(robots_url, timeout=(5, 30))
         except requests.RequestException as exc:
             raise ServiceError("source_sync_failed", f"cannot reach {parts.netloc}: {type(exc).__name__}",
@@ -202,7 +202,7 @@ class Crawler:
     def _sitemap(self, url: str, depth: int) -> list[str] | None:
         import xml.etree.ElementTree as ElementTree
 
-        self.report.requests += 1
+        self._note("requests")
         try:
             response = self.session.get(url, timeout=(5, 30))
         except requests.RequestException:
@@ -235,8 +235,8 @@ class Crawler:
             return None
         if response.status_code == 304 and known:
             self._note("not_modified")
-            body = (self.folder / known["file"]).read_bytes()
-            return urldefrag(url)[0], known, self._links(final, body)
+            _, links = self._read(final, (self.folder / known["file"]).read_bytes())
+            return urldefrag(url)[0], known, links
         if response.status_code != 200:
             self._note(skipped={"url": url, "reason": f"HTTP {response.status_code}"})
             return None
@@ -246,7 +246,7 @@ class Crawler:
             return None
         self._note("fetched")
         body = response.content
-        key = self._canonical(final, body)
+        key, links = self._read(final, body)
         name = page_file(key, self.prefix)
         path = self.folder / name
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -257,18 +257,14 @@ class Crawler:
         entry = {"file": name, "etag": response.headers.get("ETag", ""),
                  "last_modified": response.headers.get("Last-Modified", ""), "url": key,
                  "sha1": hashlib.sha1(body).hexdigest()}
-        return urldefrag(url)[0], entry, self._links(final, body)
+        return urldefrag(url)[0], entry, links
 
-    def _canonical(self, url: str, body: bytes) -> str:
-        """The page's canonical URL when it names one inside the prefix, else the URL it was fetched from."""
-        link = BeautifulSoup(body, "lxml").find("link", rel="canonical", href=True)
-        if link is not None:
-            canonical = urljoin(url, link["href"])
-            if in_scope(canonical, self.prefix):
-                return urldefrag(canonical)[0]
-        return urldefrag(url)[0]
-
-    @staticmethod
-    def _links(url: str, body: bytes) -> list[str]:
+    def _read(self, url: str, body: bytes) -> tuple[str, list[str]]:
+        """Parse a page once: its canonical URL (when it names one inside the prefix, else the URL it was fetched
+        from) and the URLs it links to."""
         soup = BeautifulSoup(body, "lxml")
-        return list(dict.fromkeys(urldefrag(urljoin(url, a["href"]))[0] for a in soup.find_all("a", href=True)))
+        key = urldefrag(url)[0]
+        link = soup.find("link", rel="canonical", href=True)
+        if link is not None and in_scope(urljoin(url, link["href"]), self.prefix):
+            key = urldefrag(urljoin(url, link["href"]))[0]
+        return key, list(dict.fromkeys(urldefrag(urljoin(url, a["href"]))[0] for a in soup.find_all("a", href=True)))

@@ -27,7 +27,7 @@ from rag.models import ClassAlias, Document, DocumentLabel, IndexVersion, Knowle
 from rag.pipeline import REOPEN_AFTER_SECONDS, get_engine
 from rag.queue import enqueue
 from rag.shapes import ANCHOR_SAFE
-from rag.services.sources import is_remote, last_crawl, source_check, source_folder, sync
+from rag.services.sources import is_remote, last_crawl, source_check, source_folder, source_kind, sync
 
 log = logging.getLogger(__name__)
 
@@ -189,13 +189,14 @@ def hashes_digest(hashes: dict[str, str]) -> str:
 
 
 def index_unchanged_version(kb: KnowledgeBase, *, sync_progress=None) -> IndexVersion | None:
-    """Return the active version when the source folder and embedding model are exactly as it was built."""
+    """Return the active version when the source folder and embedding model are exactly as it was built. A git or
+    website source is synced first, so a build that follows can skip its own sync (index_build(sync=False))."""
+    if kb.source_url:
+        source_sync(kb, progress=sync_progress)
     active = kb.active_version
     store = get_engine().store
     if active is None or active.model_id != get_engine().embedder.model_id or not store.exists(kb.slug, active.name):
         return None
-    if kb.source_url:
-        source_sync(kb, progress=sync_progress)
     try:
         hashes = folder_hashes(_allowed_folder(kb.source_dir))  # the pages' bytes decide; no page is read
     except IngestError:
@@ -244,8 +245,9 @@ def _start_version(kb: KnowledgeBase, *, builder: str = "") -> IndexVersion:
 
 
 def index_build(kb: KnowledgeBase, *, progress=None, activate: bool = True,
-                version: IndexVersion | None = None, sync_progress=None) -> IndexVersion:
-    """Ingest the source folder, build a new version of both indexes, validate it, then switch to it.
+                version: IndexVersion | None = None, sync_progress=None, sync: bool = True) -> IndexVersion:
+    """Sync a git or website source (unless `sync` is False: index_unchanged_version just did), ingest the source
+    folder, build a new version of both indexes, validate it, then switch to it.
 
     `version` is one that index_build_queue created for this build; without it a new one is started here.
     A failed build is recorded as failed and leaves the active version untouched.
@@ -259,7 +261,7 @@ def index_build(kb: KnowledgeBase, *, progress=None, activate: bool = True,
         version.builder = this_builder()
         version.save(update_fields=["builder"])
     try:
-        revision = source_sync(kb, progress=sync_progress) if kb.source_url else ""
+        revision = source_sync(kb, progress=sync_progress) if kb.source_url and sync else kb.source_revision
         documents = read_folder(_allowed_folder(kb.source_dir))  # a folder changed in the database is checked too
         if not documents:
             raise ServiceError("source_empty", f"{kb.source_dir} holds no Markdown or HTML pages.")
@@ -341,7 +343,7 @@ def sources_sync_due(now=None) -> list[str]:
         kb.save(update_fields=["sync_checked_at"])
         try:
             if index_building(kb) is None and index_unchanged_version(kb) is None:
-                index_build(kb)
+                index_build(kb, sync=False)  # index_unchanged_version synced the source
             error = ""
         except ServiceError as exc:
             error = f"{exc.code}: {exc.message}"[:500]
@@ -354,8 +356,8 @@ def sources_sync_due(now=None) -> list[str]:
 def source_as_dict(kb: KnowledgeBase) -> dict:
     """Where a knowledge base's pages come from, as `rag status --json` and `rag reindex --json` show it."""
     if kb.source_url:
-        website = kb.source_url.startswith(("https://", "http://"))
-        shown = {"kind": "website" if website else "git", "location": kb.source_url, "folder": kb.source_dir,
+        website = source_kind(kb.source_url) == "website"
+        shown = {"kind": source_kind(kb.source_url), "location": kb.source_url, "folder": kb.source_dir,
                  "revision": kb.source_revision,
                  "synced_at": kb.source_synced_at.isoformat() if kb.source_synced_at else None}
         return {**shown, "crawl": last_crawl(kb.slug)} if website else shown

@@ -74,6 +74,11 @@ class GitSource:
         return f"{repository}/blob/{self.ref or 'HEAD'}/" + (f"{self.path}/" if self.path else "")
 
 
+def source_kind(source: str) -> str:
+    """"website" for an http(s) URL, "git" for a git+… one (what parse_source makes of it)."""
+    return "website" if source.startswith(("https://", "http://")) else "git"
+
+
 def is_remote(source: str | None) -> bool:
     """A source that is a URL rather than a folder of this server."""
     return bool(source) and "://" in source
@@ -81,7 +86,7 @@ def is_remote(source: str | None) -> bool:
 
 def parse_source(source: str) -> GitSource | WebsiteSource:
     """Read a source URL; raise source_invalid for a malformed one and source_kind_unsupported for another scheme."""
-    if source.startswith(("https://", "http://")):
+    if source_kind(source) == "website":
         parts = urlsplit(source)
         if parts.username or parts.password or not parts.hostname or parts.query or parts.fragment:
             raise ServiceError("source_invalid", f"{redacted(source)}: a website source is a plain URL prefix such "

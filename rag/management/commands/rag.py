@@ -290,8 +290,9 @@ class Command(BaseCommand):
         if version is None and options["gate"]:
             gate = self._gated_build(knowledge_base)
             version = gate.version
-        elif version is None:
-            version = index_build(knowledge_base, progress=Progress("embedding"), sync_progress=Progress("fetching pages"))
+        elif version is None:  # after --if-changed, its check synced the source already
+            version = index_build(knowledge_base, progress=Progress("embedding"),
+                                  sync_progress=Progress("fetching pages"), sync=not options["if_changed"])
         payload = {
             "synced_notes": version.document_count,
             "indexed_nodes": version.chunk_count,
