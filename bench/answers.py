@@ -42,6 +42,7 @@ from rag.engine.compose import _stems, read_text  # noqa: E402
 from rag.engine.embed import LocalE5Embedder, QueryVectorCache  # noqa: E402
 from rag.engine.generate import CONFIDENCE_ORDER, ExtractiveGenerator, answer_without_model  # noqa: E402
 from rag.engine.index import IndexError_, VersionReader  # noqa: E402
+from rag.engine.types import SearchOptions  # noqa: E402
 from rag.metrics import HALVES, RetrievedChunk, id_half  # noqa: E402
 
 SETS = {"generation": SHARED / "golden" / "generation.jsonl", "docs": DOCS_GOLDEN / "generation.jsonl"}
@@ -70,7 +71,7 @@ def legal(answer, hits) -> bool:
 
 def answer_one(searcher, generator, item: dict) -> dict:
     started = time.perf_counter()
-    result = searcher.run(item["question"], mode="hybrid", complete=True)  # as an answer searches
+    result = searcher.run(item["question"], SearchOptions(complete=True))  # as an answer searches
     searched = time.perf_counter()
     hits = list(result.hits)
     answer = answer_without_model(result.plan, hits, weak_evidence=result.weak_evidence)

@@ -26,8 +26,8 @@ from dataclasses import dataclass, replace
 from rag.engine.embed import QueryVectorCache
 from rag.engine.fuse import rrf_fuse
 from rag.engine.index import VersionReader, top_positions
-from rag.engine.retrieve import make_ranking
-from rag.engine.types import RouteKind
+from rag.engine.routes import make_ranking
+from rag.engine.types import RouteKind, SearchOptions
 
 STAGES = ("hit", "planner", "adoption", "order", "routes", "recall")
 DEPTH = 100  # candidates per ranking, as the engine's routes take
@@ -60,7 +60,7 @@ def first_rank(chunks, is_member: Callable) -> int | None:
 def diagnose(searcher, plain: PlainHybrid, question: str, is_member: Callable, is_page: Callable) -> dict:
     """The member's ranks through the engine and the plain retriever, and the stage that cost it the first 3."""
     reader = searcher.reader
-    result = searcher.run(question, top_k=30)
+    result = searcher.run(question, SearchOptions(top_k=30))
     adopted = [h.chunk for h in result.hits]
     fused = [h.chunk for h in result.fused]
     plain_chunks = [reader.chunks[i] for i in plain.run(question)]

@@ -41,7 +41,7 @@ from rag.engine.index import IndexError_, IndexStore, VersionReader  # noqa: E40
 from rag.engine.ingest import read_folder  # noqa: E402
 from rag.engine.plan import Planner  # noqa: E402
 from rag.engine.search import Searcher  # noqa: E402
-from rag.engine.types import Hit, SearchResult  # noqa: E402
+from rag.engine.types import Hit, SearchOptions, SearchResult  # noqa: E402
 from rag.engine.weighted import WeightedRetriever  # noqa: E402
 from rag.metrics import (ANSWERABLE_LAYERS, HALVES, Gate, RetrievedChunk, class_hit_by_layer, id_half,  # noqa: E402
                          page_matches, score_question, split_halves, summarize)
@@ -191,7 +191,7 @@ class Searchers:
 
     def run(self, question: str, *, mode: str, complete: bool = False) -> SearchResult:
         if mode != "weighted":
-            return self.searcher.run(question, mode=mode, complete=complete)
+            return self.searcher.run(question, SearchOptions(mode=mode, complete=complete))
         searcher = self.searcher
         plan = searcher.planner.run(question)  # its corrected question, as rag.services.retrieval reads it
         ranked = WeightedRetriever(searcher.reader, searcher.queries).run(

@@ -369,17 +369,15 @@ def serve(spec: dict) -> dict:
 
 
 def bm25_routes(reader, questions: list[dict]) -> dict[str, list[float]]:
-    """Time each keyword route of Bm25Retriever, and all of them together, for questions naming a class and a member.
-
-    The routes after the whole question come from the retriever's own lazy generator, one route a step."""
-    from rag.engine.retrieve import Bm25Retriever
+    """Time each keyword route of the engine (rag.engine.routes), and all of them together, for questions naming a
+    class and a member. Each route's rankings come from its own lazy generator, one ranking a step."""
+    from rag.engine.routes import Bm25ClassRoute, Bm25HeadRoute, Bm25MemberRoute, Bm25QuestionRoute, Query
     from rag.engine.types import Plan, RouteKind
 
-    retriever = Bm25Retriever(reader, depth=DEPTH)
+    routes = (Bm25QuestionRoute(), Bm25ClassRoute(), Bm25HeadRoute(), Bm25MemberRoute())
     times: dict[str, list[float]] = {kind.value: [] for kind in (RouteKind.BM25_QUESTION, RouteKind.BM25_CLASS,
                                                                  RouteKind.BM25_HEAD, RouteKind.BM25_MEMBER)}
     times["tokenize"], times["all"] = [], []
-    from rag.engine.index import top_positions
 
     for question in questions:
         plan = Plan(question=question["text"], corrected_question=question["text"], kind="doc",
@@ -387,19 +385,19 @@ def bm25_routes(reader, questions: list[dict]) -> dict[str, list[float]]:
         started = time.perf_counter()
         tokens = reader.tokenize(plan.corrected_question)
         times["tokenize"].append((time.perf_counter() - started) * 1000)
+        query = Query(plan=plan, reader=reader, queries=None, tokens=tokens, depth=DEPTH)
+        for route in routes:
+            rankings = iter(route.run(query))
+            while True:
+                started = time.perf_counter()
+                ranking = next(rankings, None)
+                if ranking is None:
+                    break
+                times[ranking.kind.value].append((time.perf_counter() - started) * 1000)
+        query = Query(plan=plan, reader=reader, queries=None, tokens=tokens, depth=DEPTH)
         started = time.perf_counter()
-        scores = reader.bm25_scores(tokens)
-        top_positions(scores, DEPTH, mask=scores > 0)
-        times[RouteKind.BM25_QUESTION.value].append((time.perf_counter() - started) * 1000)
-        routes = retriever._routes(plan, tokens, scores)
-        while True:
-            started = time.perf_counter()
-            route = next(routes, None)
-            if route is None:
-                break
-            times[route[0].value].append((time.perf_counter() - started) * 1000)
-        started = time.perf_counter()
-        retriever.run(plan, tokens)
+        for route in routes:
+            list(route.run(query))
         times["all"].append((time.perf_counter() - started) * 1000)
     return times
 

@@ -20,6 +20,7 @@ from rag.engine.objects import RemoteFolders, S3Options, is_remote, sibling_uri
 from rag.engine.plan import Planner
 from rag.engine.rerank import RERANK_CANDIDATES, ApiReranker, LlmReranker, Reranker
 from rag.engine.rewrite import QueryRewriter
+from rag.engine.routes import DEFAULT_ROUTES, Route, load_routes
 from rag.engine.search import Searcher
 from rag.engine.text import set_cache_dir
 
@@ -45,6 +46,7 @@ class Engine:
     rewriter: QueryRewriter | None = None  # RAG_QUERY_REWRITE with a generation model; None: off
     chooser: ConstrainedChooser | None = None  # constrained generation (CG_RAG) with a generation model; None: off
     enhancer: QueryRewriter | None = None  # search keywords asked of the model on request (seed 002's enhanced search)
+    routes: tuple[Route, ...] = field(default_factory=load_routes)  # what every search runs (RAG_ENGINE["ROUTES"])
     active: dict = field(default_factory=dict)  # kb -> the version questions here were last served from as active
     failures: dict = field(default_factory=dict)  # (kb, version) -> (monotonic time, message) of a failed open
 
@@ -78,7 +80,7 @@ class Engine:
 
     def searcher(self, kb: str, version: str, aliases: dict[str, str]) -> Searcher:
         reader = self.reader(kb, version)
-        return Searcher(reader=reader, queries=self.queries, planner=_planner(reader, aliases),
+        return Searcher(reader=reader, queries=self.queries, planner=_planner(reader, aliases), routes=self.routes,
                         reranker=self.reranker, rewriter=self.rewriter, rerank_candidates=self.rerank_candidates)
 
     def forget(self, kb: str, version: str) -> None:
@@ -289,6 +291,7 @@ def get_engine() -> Engine:
                     rewriter=make_rewriter(),
                     chooser=make_chooser(),
                     enhancer=make_enhancer(),
+                    routes=load_routes(config["ROUTES"] or DEFAULT_ROUTES),
                 )
     return _engine
 

@@ -242,6 +242,8 @@ RAG_ENGINE = {
     # Query rewriting (seed 002's agent enhanced search): the chat model's keywords searched beside the question.
     "QUERY_REWRITE": env_bool("RAG_QUERY_REWRITE", default=False),
     "QUERY_REWRITE_TIMEOUT": env_float("RAG_QUERY_REWRITE_TIMEOUT", default=10.0, minimum=0.1),  # seconds
+    # The routes a search runs, by dotted path (rag.engine.routes); []: the engine's own (DEFAULT_ROUTES).
+    "ROUTES": env_list("RAG_ROUTES", default=[]),
 }
 RAG_WEB_TOKEN_POOL = env_int("RAG_WEB_TOKEN_POOL", default=200_000, minimum=0)  # tokens per day, web channel
 RAG_WEB_TOKEN_ESTIMATE = env_int("RAG_WEB_TOKEN_ESTIMATE", default=3_000, minimum=1)  # reserved per answer

@@ -19,7 +19,7 @@ from typing import Protocol
 
 from .breaker import CircuitBreaker
 from .llm import ChatClient, GenerationError, UpstreamError, post_json, reply_text
-from .retrieve import elapsed_ms
+from .routes import elapsed_ms
 from .types import Hit, Usage
 
 RERANK_CANDIDATES = 30  # fused hits sent to a reranker; seed 002's default candidate count (top_k = 30)

@@ -1,8 +1,8 @@
 """Query rewriting (seed 002's "agent enhanced search"): the generation model turns a question into search
 keywords, and those keywords are searched beside the question and fused with it by RRF.
 
-`QueryRewriter.run(question) -> Rewrite` asks the model; `RewriteRetriever.run(keywords, tokens)` reads
-one vector search and one BM25 search of the keywords (route kinds `dense:rewrite` and `bm25:rewrite`).
+`QueryRewriter.run(question) -> Rewrite` asks the model; the search puts the keywords in its query, and the
+rewrite routes (rag.engine.routes: `dense:rewrite` and `bm25:rewrite`) search them.
 A rewrite that fails gives no keywords and no routes: the question is searched as without it.
 """
 
@@ -13,11 +13,9 @@ import time
 from dataclasses import dataclass, field
 
 from .breaker import CircuitBreaker
-from .embed import QueryVectorCache
-from .index import VersionReader, top_positions
 from .llm import ChatClient, GenerationError, reply_text
-from .retrieve import elapsed_ms, make_ranking
-from .types import Ranking, RouteKind, Usage
+from .routes import elapsed_ms
+from .types import Usage
 
 MAX_KEYWORD_CHARS = 300  # a longer reply is an answer or an essay, not keywords
 
@@ -87,32 +85,3 @@ class QueryRewriter:
         if " ".join(keywords.casefold().split()) == " ".join(question.casefold().split()):
             keywords = ""  # the question again: searching it twice would only count it twice
         return Rewrite(keywords, elapsed_ms(started), "", usage)
-
-
-@dataclass
-class RewriteRetriever:
-    """Search a rewrite's keywords like the whole question: one vector search, one BM25 search."""
-
-    reader: VersionReader
-    queries: QueryVectorCache
-    depth: int = 100
-
-    def run(self, keywords: str, tokens: list[str], *, mode: str = "hybrid") -> tuple[Ranking, ...]:
-        """Rank the chunks for the keywords (their BM25 `tokens` as this version tokenizes them); the vector
-        route is left out in `bm25` mode and the BM25 route in `vector` mode."""
-        reader = self.reader
-        rankings = []
-        if mode != "bm25":
-            vector, _ = self.queries.embed_query(keywords)
-            scores = reader.dense_scores(vector)
-            if scores is not None:
-                ids, values = top_positions(scores, self.depth)
-            else:  # a version searched through LanceDB's ANN index
-                ids, values = reader.dense_search(vector, self.depth)
-            rankings.append(make_ranking(RouteKind.DENSE_REWRITE, ids, values, reader))
-        if mode != "vector":
-            scores = reader.bm25_scores(tokens)
-            ids, values = top_positions(scores, self.depth, mask=scores > 0)
-            if ids:
-                rankings.append(make_ranking(RouteKind.BM25_REWRITE, ids, values, reader))
-        return tuple(rankings)

@@ -1,8 +1,10 @@
-"""Search (E4 to E6, E11): plan, the vector and BM25 retrievers, the chitchat gate, an optional keyword rewrite,
+"""Search (E4 to E6, E11): plan, the routes (rag.engine.routes), the chitchat gate, an optional keyword rewrite,
 RRF, an optional rerank and adoption.
 
 `Searcher` is the engine's public entry for questions:
-`Searcher(reader=..., queries=..., planner=...).run(question) -> SearchResult`.
+`Searcher(reader=..., queries=..., planner=..., routes=...).run(question, SearchOptions(...)) -> SearchResult`.
+The routes run by stage: the dense ones, then the chitchat gate (which may stop the search), the keyword ones,
+and the rewrite ones once the model gave keywords.
 """
 
 from __future__ import annotations
@@ -22,13 +24,15 @@ from .index import VersionReader, top_positions
 from .plan import Planner
 from .probes import language_gap, offtopic_similarity, same_language
 from .rerank import RERANK_CANDIDATES, Reranker, RerankResult
-from .retrieve import MAX_BM25_ROUTES, Bm25Retriever, Bm25Routes, DenseRetriever, DenseRoutes, elapsed_ms
-from .rewrite import QueryRewriter, RewriteRetriever
-from .types import Hit, Plan, SearchResult
+from .rewrite import QueryRewriter
+from .routes import MAX_BM25_ROUTES, Query, Route, elapsed_ms, load_routes
+from .types import SEARCH_MODES, Hit, Plan, Ranking, SearchOptions, SearchResult
 
 __all__ = ["MAX_BM25_ROUTES", "MODES", "Searcher"]
 
-MODES = ("hybrid", "vector", "bm25")
+MODES = SEARCH_MODES
+DEFAULT_OPTIONS = SearchOptions()
+ROUTE_STAGES = ("dense", "bm25", "rewrite_search")  # the order stages run in; the gate runs after the first
 
 
 @dataclass
@@ -38,6 +42,7 @@ class Searcher:
     reader: VersionReader
     queries: QueryVectorCache
     planner: Planner
+    routes: tuple[Route, ...] = field(default_factory=load_routes)  # rag.engine.routes; run in ROUTE_STAGES order
     adopter: Adopter = field(default_factory=Adopter)
     completer: Completer | None = field(default_factory=Completer)  # sections the answer needs, by structure
     gate: ChitchatGate = field(default_factory=ChitchatGate)
@@ -46,25 +51,16 @@ class Searcher:
     reranker: Reranker | None = None  # reorders the best fused candidates before adoption (E11); None: off
     rewriter: QueryRewriter | None = None  # the model's keywords searched beside the question; None: off
     rerank_candidates: int = RERANK_CANDIDATES  # fused chunks a reranker reorders
-    dense: DenseRetriever = field(init=False, repr=False)
-    bm25: Bm25Retriever = field(init=False, repr=False)
 
-    def __post_init__(self) -> None:
-        self.dense = DenseRetriever(self.reader, self.queries, depth=self.depth)
-        self.bm25 = Bm25Retriever(self.reader, depth=self.depth)
-
-    def run(self, question: str, *, mode: str = "hybrid", top_k: int | None = None, exclude=(),
-            rerank: bool | Reranker | None = None, rewrite: bool | QueryRewriter | None = None,
-            fused_depth: int | None = None, complete: bool = False) -> SearchResult:
+    def run(self, question: str, options: SearchOptions = DEFAULT_OPTIONS) -> SearchResult:
         """Find the chunks to answer a question from, and record how each stage found them and how long it took.
 
-        `rerank` and `rewrite` choose for this call: None or True runs the configured component (if any),
-        False none, and a component runs that one. `fused_depth` keeps more fused candidates than `depth`
-        in the result (a face that lists up to 200 candidates). `complete` appends, after the `top_k` adopted
-        chunks, the sections an answer needs by the documents' structure (rag.engine.complete): for answers only,
-        so a search returns exactly what it asked for."""
-        if mode not in MODES:
-            raise ValueError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
+        `options.rerank` and `options.rewrite` choose for this call: None runs the configured component (if
+        any), False none, True the configured one (and say so when none is). `fused_depth` keeps more fused
+        candidates than `depth` in the result. `complete` appends, after the adopted chunks, the sections an
+        answer needs by the documents' structure (rag.engine.complete): for answers only, so a search returns
+        exactly what it asked for."""
+        mode = options.mode
         started = time.perf_counter()
         timings: dict[str, float] = {}
         reader = self.reader
@@ -76,67 +72,52 @@ class Searcher:
             return SearchResult(plan=plan, hits=(), timings_ms=timings, mode=mode, version=reader.version)
         with _timed(timings, "bm25"):
             tokens = reader.tokenize(plan.corrected_question)
+        query = Query(plan=plan, reader=reader, queries=self.queries, tokens=tokens, depth=self.depth)
 
         # A BM25-only search still embeds a question naming nothing: the chitchat gate needs its nearest chunk.
-        dense = None
         if mode != "bm25" or not _names_something(plan):
-            dense = self.dense.run(plan, ranked=mode != "bm25")
-            timings.update(embed=dense.embed_ms, embed_cached=dense.cached, dense=dense.search_ms)
+            query.vector()
+            timings.update(embed=query.embed_ms, embed_cached=query.embed_cached)
+            with _timed(timings, "dense"):
+                query.nearest()
+        rankings = self._stage(query, "dense", mode, timings)
 
-        offtopic = offtopic_similarity(reader.manifest, plan.question)
-        coverage = reader.vocabulary_coverage(tokens)
-        exemplar = weighted = None
-        if dense is not None and not _names_something(plan):
-            weighted = weighted_coverage(tokens, reader.document_frequency, reader.bm25_count)
-            vector, _ = self.queries.embed_query(plan.corrected_question)  # cached by the dense route
-            # A question in another language than the corpus's (Chinese over an English reference) sits farther
-            # from every chunk than from any sentence of its own language: its nearness to an exemplar counts
-            # less by the gap the probes measured between the two languages at build time.
-            exemplar = (self.exemplars.similarity(self.queries.embedder, vector)
-                        - language_gap(reader.manifest, plan.question))
-        if dense is not None and self.gate.is_chitchat(plan, dense.best_similarity, coverage, offtopic,
-                                                       exemplar_similarity=exemplar, weighted_coverage=weighted,
-                                                       same_language=same_language(reader.manifest, plan.question)):
+        gate = self._gate(query)
+        if gate is not None and gate.chitchat:
             timings["total"] = elapsed_ms(started)
             return SearchResult(plan=replace(plan, kind="chitchat", reason="not a question about this documentation"),
-                                hits=(), rankings=dense.rankings, timings_ms=timings, mode=mode, version=reader.version)
+                                hits=(), rankings=rankings, timings_ms=timings, mode=mode, version=reader.version)
 
-        bm25 = None
-        if mode != "vector":
-            with _timed(timings, "bm25"):
-                bm25 = self.bm25.run(plan, tokens)
-        rankings = (*(dense.rankings if dense else ()), *(bm25.rankings if bm25 else ()))
-
-        rewriter, rewrite_error = _chosen(self.rewriter, rewrite, "rewrite")
+        rankings += self._stage(query, "bm25", mode, timings)
+        rewriter, rewrite_error = _chosen(self.rewriter, options.rewrite, "rewrite")
         rewritten = None
         if rewriter is not None:
             with _timed(timings, "rewrite"):
                 rewritten = rewriter.run(plan.corrected_question)
-            if rewritten.keywords:
-                with _timed(timings, "rewrite_search"):
-                    rankings += RewriteRetriever(reader, self.queries, depth=self.depth).run(
-                        rewritten.keywords, reader.tokenize(rewritten.keywords), mode=mode)
+            query.keywords = rewritten.keywords
+            if query.keywords:
+                rankings += self._stage(query, "rewrite_search", mode, timings)
 
         with _timed(timings, "fuse"):
             fused = [(reader.index_of(chunk_id), score) for chunk_id, score in rrf_fuse(rankings)]
             fused_hits = tuple(Hit(chunk=reader.chunks[i], score=s, source="rrf", rank=n)
-                               for n, (i, s) in enumerate(fused[:max(self.depth, fused_depth or 0)], start=1))
-        excluded = {reader.index_of(c) for c in exclude} - {None}
+                               for n, (i, s) in enumerate(fused[:max(self.depth, options.fused_depth or 0)], start=1))
+        excluded = {reader.index_of(c) for c in options.exclude} - {None}
 
-        reranker, rerank_error = _chosen(self.reranker, rerank, "rerank")
+        reranker, rerank_error = _chosen(self.reranker, options.rerank, "rerank")
         reranked = None
         if reranker is not None and fused:
             with _timed(timings, "rerank"):
                 fused, reranked = self._rerank(reranker, plan.corrected_question, fused, excluded)
 
+        dense_scores = query.dense_scores() if query.embedded else None
         with _timed(timings, "adopt"):
-            hits = self._adopt(plan, fused, excluded, dense, bm25, tokens, top_k)
+            hits = self._adopt(query, fused, excluded, mode, options.top_k)
             if reranked is not None and reranked.backend != "none":
                 hits = _marked_reranked(hits, reranked)
-        if complete and self.completer is not None and hits:
+        if options.complete and self.completer is not None and hits:
             with _timed(timings, "adopt"):  # completing the evidence is part of adopting it
-                hits = self.completer.run(reader, plan, hits, tokens, read_intent(plan.question),
-                                          dense.scores if dense is not None else None)
+                hits = self.completer.run(reader, plan, hits, query.tokens, read_intent(plan.question), dense_scores)
         timings["total"] = elapsed_ms(started)
 
         return SearchResult(
@@ -148,14 +129,49 @@ class Searcher:
             timings_ms=timings,
             mode=mode,
             version=reader.version,
-            weak_evidence=dense is not None and dense.scores is not None and self.gate.is_weak(
-                plan, dense.best_similarity, coverage, offtopic, weighted_coverage=weighted),
+            weak_evidence=dense_scores is not None and self.gate.is_weak(
+                plan, query.best_similarity, gate.coverage, gate.offtopic, weighted_coverage=gate.weighted),
             rerank=reranked.backend if reranked is not None else "none",
             rerank_error=reranked.error if reranked is not None else rerank_error,
             reranked=reranked.hits if reranked is not None and reranked.backend != "none" else (),
             rewrite=rewritten.keywords if rewritten is not None else "",
             rewrite_error=rewritten.error if rewritten is not None else rewrite_error,
         )
+
+    def _stage(self, query: Query, stage: str, mode: str, timings: dict[str, float]) -> tuple[Ranking, ...]:
+        """Run the routes of one stage that the mode reads, timed as the stage; the keyword routes stop once
+        MAX_BM25_ROUTES rankings are found."""
+        rankings: list[Ranking] = []
+        routes = [r for r in self.routes if r.stage == stage and _reads(mode, r.side)]
+        if not routes:
+            return ()
+        with _timed(timings, stage):
+            for route in routes:
+                for ranking in route.run(query):
+                    rankings.append(ranking)
+                    if stage == "bm25" and len(rankings) >= MAX_BM25_ROUTES:
+                        return tuple(rankings)
+        return tuple(rankings)
+
+    def _gate(self, query: Query) -> _GateReading | None:
+        """Read the chitchat gate's signals; None when the vector side did not run (nothing to compare)."""
+        plan, reader = query.plan, self.reader
+        if not query.embedded:
+            return None
+        offtopic = offtopic_similarity(reader.manifest, plan.question)
+        coverage = reader.vocabulary_coverage(query.tokens)
+        exemplar = weighted = None
+        if not _names_something(plan):
+            weighted = weighted_coverage(query.tokens, reader.document_frequency, reader.bm25_count)
+            # A question in another language than the corpus's (Chinese over an English reference) sits farther
+            # from every chunk than from any sentence of its own language: its nearness to an exemplar counts
+            # less by the gap the probes measured between the two languages at build time.
+            exemplar = (self.exemplars.similarity(self.queries.embedder, query.vector())
+                        - language_gap(reader.manifest, plan.question))
+        chitchat = self.gate.is_chitchat(plan, query.best_similarity, coverage, offtopic,
+                                         exemplar_similarity=exemplar, weighted_coverage=weighted,
+                                         same_language=same_language(reader.manifest, plan.question))
+        return _GateReading(chitchat=chitchat, coverage=coverage, offtopic=offtopic, weighted=weighted)
 
     def _rerank(self, reranker: Reranker, question: str, fused: list[tuple[int, float]],
                 excluded: set[int]) -> tuple[list[tuple[int, float]], RerankResult]:
@@ -170,12 +186,12 @@ class Searcher:
         placed = {i for i, _ in order}
         return order + [pair for pair in fused if pair[0] not in placed], result
 
-    def _adopt(self, plan: Plan, fused: list[tuple[int, float]], excluded: set[int], dense: DenseRoutes | None,
-               bm25: Bm25Routes | None, tokens: list[str], top_k: int | None) -> tuple[Hit, ...]:
+    def _adopt(self, query: Query, fused: list[tuple[int, float]], excluded: set[int], mode: str,
+               top_k: int | None) -> tuple[Hit, ...]:
         """Adopt the evidence from the fused positions; each hit's raw score is its cosine, else its BM25 score."""
-        reader = self.reader
+        reader, plan = self.reader, query.plan
         adopter = self.adopter if top_k is None else replace(self.adopter, single=top_k)
-        dense_scores = dense.scores if dense is not None else None
+        dense_scores = query.dense_scores() if query.embedded else None
         classes = list(plan.classes)
         order = [i for i, _ in fused]
         if len(classes) >= 2 and dense_scores is not None:
@@ -192,15 +208,26 @@ class Searcher:
             overviews = {i for i in order if not reader.chunks[i].member}
         adopted = adopter.run(order, classes, lambda i: reader.chunks[i].class_name, excluded, scores=fused_score,
                               follows=follows, overviews=overviews)
-        if dense_scores is not None:
-            raw = dense_scores
-        elif bm25 is not None:
-            raw = bm25.question_scores
-        else:  # vector-only search of a version searched through ANN
-            raw = reader.bm25_scores(tokens)
+        # The raw score: the cosine, else the question's BM25 (a vector-only search of an ANN version: its BM25 too).
+        raw = dense_scores if dense_scores is not None else query.question_scores()
         return tuple(Hit(chunk=reader.chunks[i], score=fused_score.get(i, 0.0), source="rrf", rank=n,
                          raw_score=float(raw[i]))
                      for n, i in enumerate(adopted, start=1))
+
+
+@dataclass(frozen=True, slots=True)
+class _GateReading:
+    """What the chitchat gate read of one question; the weak-evidence reading reuses it."""
+
+    chitchat: bool
+    coverage: float
+    offtopic: float
+    weighted: float | None
+
+
+def _reads(mode: str, side: str) -> bool:
+    """A hybrid search reads both sides; `vector` only the dense side, `bm25` only the keyword side."""
+    return mode == "hybrid" or (mode == "vector") == (side == "dense")
 
 
 def _chosen(configured, wanted, stage: str):

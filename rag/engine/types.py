@@ -164,6 +164,28 @@ class Ranking:
     weight: float = 1.0  # its weight in reciprocal rank fusion, set by the retriever from its kind
 
 
+SEARCH_MODES = ("hybrid", "vector", "bm25")
+
+
+@dataclass(frozen=True, slots=True)
+class SearchOptions:
+    """How one search runs, as validated by the question service: hashable, so it is part of the retrieval
+    cache's key."""
+
+    mode: str = "hybrid"  # one of SEARCH_MODES: both sides, the vector side only, the keyword side only
+    top_k: int | None = None  # adopted chunks of a single-class question; None: the adopter's default (5)
+    exclude: tuple[str, ...] = ()  # chunk ids never adopted (E6)
+    rerank: bool | None = None  # None: the configured reranker, if any; False: none; True: the configured one
+    rewrite: bool | None = None  # the same, for the model's keyword rewrite
+    fused_depth: int | None = None  # keep more fused candidates than the search's depth (a face listing 200)
+    complete: bool = False  # append the sections an answer needs by the documents' structure (answers only)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "exclude", tuple(self.exclude))
+        if self.mode not in SEARCH_MODES:
+            raise ValueError(f"unknown mode {self.mode!r}; expected one of {', '.join(SEARCH_MODES)}")
+
+
 @dataclass(frozen=True, slots=True)
 class SearchResult:
     """The outcome of one search: the plan, the adopted chunks and how they were found."""

@@ -27,7 +27,7 @@ import numpy as np
 
 from .embed import QueryVectorCache
 from .index import VersionReader, top_positions
-from .retrieve import elapsed_ms
+from .routes import elapsed_ms
 from .text import HAN_RE, pieces, tokenize
 from .types import Chunk
 

@@ -23,7 +23,7 @@ from rag.engine.constrained import Candidate, Choice, ChoiceError, answer_pieces
 from rag.engine.embed import EmbeddingBusy
 from rag.engine.generate import answer_without_model
 from rag.engine.search import MODES
-from rag.engine.types import Answer, Citation, Hit, SearchResult, Token, Usage
+from rag.engine.types import Answer, Citation, Hit, SearchOptions, SearchResult, Token, Usage
 from rag.errors import ServiceError
 from rag.models import Channel, IndexVersion, RequestRecord
 from rag.pipeline import get_engine
@@ -429,13 +429,13 @@ class _Call:
 
     def search(self) -> SearchOutcome:
         request = self.request
-        question, top_k, mode, exclude = _validated(request)
+        # An answer's evidence gets the sections its structure calls for (complete).
+        question, options = _validated(request, complete=self.kind == Kind.CHAT)
         knowledge_base = kb_get_current(self.kb)
         row = version_of(knowledge_base, request.version)
         profile = profile_of(knowledge_base.slug, row) if request.cache else None
-        complete = self.kind == Kind.CHAT  # an answer's evidence gets the sections its structure calls for
-        key = (knowledge_base.slug, profile.id, question.strip(), top_k, request.candidates, mode, exclude,
-               request.rerank, request.rewrite, complete) if profile is not None else None  # the profile: the version
+        # The profile names the version (and the models): a reindex never hits an old entry.
+        key = (knowledge_base.slug, profile.id, question.strip(), options) if profile is not None else None
         cached = retrieval_cache().get(key) if key is not None else None
         if cached is not None:
             self.result = cached.result
@@ -445,9 +445,7 @@ class _Call:
         searcher = engine.searcher(knowledge_base.slug, row.name, aliases_for(knowledge_base))
         with held(request, "retrieval"):
             try:
-                result = self.result = searcher.run(question, mode=mode, top_k=top_k, exclude=exclude,
-                                                    rerank=request.rerank, rewrite=request.rewrite,
-                                                    fused_depth=request.candidates, complete=complete)
+                result = self.result = searcher.run(question, options)
             except EmbeddingBusy as exc:  # the model is queued past its bound: refuse now, not after a long wait
                 raise ServiceError("busy", f"The server is busy ({exc}); try again shortly.", status=503,
                                    headers={"Retry-After": str(BUSY_RETRY_AFTER)}) from None
@@ -518,8 +516,9 @@ def validated_question(question) -> str:
     return question
 
 
-def _validated(request: QuestionRequest) -> tuple[str, int | None, str, tuple[str, ...]]:
-    """Check a request's values; raise a ServiceError with a stable code for the first bad one."""
+def _validated(request: QuestionRequest, *, complete: bool = False) -> tuple[str, SearchOptions]:
+    """Check a request's values, and return the question and the engine's options for it; raise a ServiceError with
+    a stable code for the first bad one."""
     question, top_k, mode, exclude = validated_question(request.question), request.top_k, request.mode, request.exclude
     candidates = request.candidates
     if candidates is not None and (type(candidates) is not int or not 1 <= candidates <= MAX_CANDIDATES):
@@ -540,7 +539,8 @@ def _validated(request: QuestionRequest) -> tuple[str, int | None, str, tuple[st
     for name in ("rerank", "rewrite"):
         if getattr(request, name) is not None and not isinstance(getattr(request, name), bool):
             raise ServiceError(f"invalid_{name}", f"{name} must be true, false or null.")
-    return question, top_k, mode, tuple(exclude)
+    return question, SearchOptions(mode=mode, top_k=top_k, exclude=tuple(exclude), rerank=request.rerank,
+                                   rewrite=request.rewrite, fused_depth=candidates, complete=complete)
 
 
 def version_of(knowledge_base, name: str | None) -> IndexVersion:

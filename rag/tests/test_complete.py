@@ -14,7 +14,7 @@ from rag.engine.ingest import read_folder
 from rag.engine.chunk import chunk_documents
 from rag.engine.plan import Planner
 from rag.engine.search import Searcher
-from rag.engine.types import Hit
+from rag.engine.types import Hit, SearchOptions
 
 PAGES = {
     "Lens.md": """# Lens
@@ -161,9 +161,9 @@ def test_a_typed_property_is_followed_to_the_member_of_its_class_or_ancestor_the
 def test_the_answer_gives_the_follow_up_and_the_followed_member(reader, real_embedder):
     searcher = Searcher(reader=reader, queries=QueryVectorCache(real_embedder), planner=Planner(reader.catalog))
 
-    zoom = searcher.run("How do I change the zoom of a Lens?", complete=True)
-    halo = searcher.run("How do I get a sharper halo resolution for a Lamp?", complete=True)
-    plain = searcher.run("How do I change the zoom of a Lens?", top_k=2)
+    zoom = searcher.run("How do I change the zoom of a Lens?", SearchOptions(complete=True))
+    halo = searcher.run("How do I get a sharper halo resolution for a Lamp?", SearchOptions(complete=True))
+    plain = searcher.run("How do I change the zoom of a Lens?", SearchOptions(top_k=2))
 
     assert len(plain.hits) == 2 and all(h.source != STRUCTURE for h in plain.hits)  # a search keeps its top_k
 

@@ -24,6 +24,7 @@ from rag.engine.index import VersionReader
 from rag.engine.ingest import read_folder
 from rag.engine.plan import Planner
 from rag.engine.search import Searcher
+from rag.engine.types import SearchOptions
 
 ROOT = Path(__file__).resolve().parents[2]
 FILES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
@@ -146,7 +147,8 @@ def answers(hit, sections) -> bool:
 def test_the_docs_answer_their_own_example(docs_searcher, question):
     expected = EXPECTED[question]
 
-    result = docs_searcher.run(question, complete=True)  # as an answer searches: completion after the top 3
+    # As an answer searches: completion after the top 3.
+    result = docs_searcher.run(question, SearchOptions(complete=True))
 
     if expected == CHITCHAT:
         assert (result.plan.kind, result.hits) == ("chitchat", ())

@@ -23,7 +23,7 @@ from rag.engine.rerank import (
     reordered,
 )
 from rag.engine.search import Searcher
-from rag.engine.types import Chunk, Hit
+from rag.engine.types import Chunk, Hit, SearchOptions
 from rag.errors import ServiceError
 from rag.models import Channel, RequestRecord
 from rag.pipeline import get_engine
@@ -338,7 +338,8 @@ def test_a_search_without_a_reranker_is_unchanged_and_says_so(reader, counting_e
     baseline = make_searcher(reader, counting_embedder).run(QUESTION)
     reranker = PromotingReranker("none")
 
-    switched_off = make_searcher(reader, counting_embedder, reranker=reranker).run(QUESTION, rerank=False)
+    switched_off = make_searcher(reader, counting_embedder, reranker=reranker).run(QUESTION,
+                                                                                   SearchOptions(rerank=False))
 
     assert (baseline.rerank, baseline.rerank_error, baseline.reranked) == ("none", "", ())
     assert "rerank" not in baseline.timings_ms and "rerank" not in switched_off.timings_ms
@@ -370,7 +371,7 @@ def test_excluded_chunks_are_not_sent_to_the_reranker(reader, counting_embedder)
     first = baseline.fused[0].chunk.chunk_id
     reranker = PromotingReranker(first)
 
-    result = make_searcher(reader, counting_embedder, reranker=reranker).run(QUESTION, exclude=[first])
+    result = make_searcher(reader, counting_embedder, reranker=reranker).run(QUESTION, SearchOptions(exclude=[first]))
 
     assert first not in ids(reranker.seen[0][1])
     assert first not in ids(result.hits)
@@ -400,12 +401,13 @@ def test_a_failing_rerank_api_leaves_the_search_as_without_it(reader, counting_e
     assert result.reranked == () and "rerank" in result.timings_ms
 
 
-def test_a_call_can_ask_for_a_reranker_the_searcher_was_not_given(reader, counting_embedder):
+def test_a_call_that_asks_for_a_rerank_gets_the_configured_one_or_is_told_there_is_none(reader, counting_embedder):
     searcher = make_searcher(reader, counting_embedder)
     promoted = searcher.run(QUESTION).fused[3].chunk.chunk_id
 
-    missing = searcher.run(QUESTION, rerank=True)
-    chosen = searcher.run(QUESTION, rerank=PromotingReranker(promoted, backend="llm"))
+    missing = searcher.run(QUESTION, SearchOptions(rerank=True))
+    chosen = make_searcher(reader, counting_embedder, reranker=PromotingReranker(promoted, backend="llm")).run(
+        QUESTION, SearchOptions(rerank=True))
 
     assert missing.rerank == "none" and missing.rerank_error.startswith("rerank_not_configured:")
     assert chosen.rerank == "llm" and chosen.reranked[0].chunk.chunk_id == promoted

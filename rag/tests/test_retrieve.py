@@ -1,5 +1,5 @@
-"""The retrieval components (E5) on the fixture corpus: each retriever's rankings, their kinds and weights,
-fusion by those weights, and the chitchat gate."""
+"""The routes (E5) on the fixture corpus: each route's rankings, their kinds and weights, the keyword routes'
+budget, fusion by those weights, the chitchat gate, and a route added by registration."""
 
 from __future__ import annotations
 
@@ -12,10 +12,11 @@ from rag.engine.fuse import RRF_K, rrf_fuse
 from rag.engine.gate import ChitchatGate
 from rag.engine.index import VersionReader
 from rag.engine.plan import Planner
-from rag.engine.retrieve import MAX_BM25_ROUTES, ROUTE_WEIGHTS, Bm25Retriever, DenseRetriever
+from rag.engine.routes import (DEFAULT_ROUTES, MAX_BM25_ROUTES, ROUTE_WEIGHTS, Bm25ClassRoute, Bm25HeadRoute,
+                               Bm25MemberRoute, Bm25QuestionRoute, DenseClassRoute, DenseRoute, Query, load_routes)
 from rag.engine.search import Searcher
 from rag.engine.text import tokenize
-from rag.engine.types import Plan, RouteKind
+from rag.engine.types import Plan, RouteKind, SearchOptions
 
 
 @pytest.fixture(scope="module")
@@ -27,13 +28,28 @@ def make_plan(reader, question: str) -> Plan:
     return Planner(reader.catalog).run(question)
 
 
-def run_dense(reader, embedder, question: str, **kwargs):
-    return DenseRetriever(reader, QueryVectorCache(embedder)).run(make_plan(reader, question), **kwargs)
-
-
-def run_bm25(reader, question: str):
+def make_query(reader, question: str, embedder=None) -> Query:
     plan = make_plan(reader, question)
-    return Bm25Retriever(reader).run(plan, tokenize(plan.corrected_question))
+    return Query(plan=plan, reader=reader, queries=QueryVectorCache(embedder), tokens=tokenize(plan.corrected_question))
+
+
+@dataclasses.dataclass
+class Ran:
+    query: Query
+    rankings: list
+
+
+def run_routes(query: Query, *routes) -> Ran:
+    return Ran(query, [ranking for route in routes for ranking in route.run(query)])
+
+
+def run_dense(reader, embedder, question: str) -> Ran:
+    return run_routes(make_query(reader, question, embedder), DenseRoute(), DenseClassRoute())
+
+
+def run_bm25(reader, question: str) -> Ran:
+    return run_routes(make_query(reader, question), Bm25QuestionRoute(), Bm25ClassRoute(), Bm25HeadRoute(),
+                      Bm25MemberRoute())
 
 
 def names_kinds_weights(rankings) -> list[tuple[str, RouteKind, float]]:
@@ -60,10 +76,10 @@ def test_a_route_kind_names_its_retriever_family():
                         RouteKind.DENSE_REWRITE: "dense", RouteKind.BM25_REWRITE: "bm25"}
 
 
-# -- the dense retriever -----------------------------------------------------------------------------
+# -- the dense routes --------------------------------------------------------------------------------
 
 
-def test_the_dense_retriever_ranks_globally_and_within_each_named_class(reader, counting_embedder):
+def test_the_dense_routes_rank_globally_and_within_each_named_class(reader, counting_embedder):
     dense = run_dense(reader, counting_embedder, "PerspectiveCamera 和 OrbitControls 的区别")
 
     assert names_kinds_weights(dense.rankings) == [
@@ -90,22 +106,26 @@ def test_the_field_route_ranks_a_class_by_what_its_members_are_for(reader, real_
     assert {h.chunk.class_name for h in field.hits} == {"PerspectiveCamera"}
 
 
-def test_the_dense_retriever_embeds_the_question_once_and_keeps_every_similarity(reader, counting_embedder):
+def test_the_query_embeds_the_question_once_for_every_route_and_keeps_every_similarity(reader, counting_embedder):
     dense = run_dense(reader, counting_embedder, "PerspectiveCamera 的 fov 默认是多少")
+    query = dense.query
 
     best = dense.rankings[0].hits[0]
     assert counting_embedder.query_calls == ["PerspectiveCamera 的 fov 默认是多少"]
-    assert dense.scores.shape == (len(reader.chunks),)
-    assert dense.best_similarity == best.score == pytest.approx(float(dense.scores.max()))
-    assert dense.cached is False
+    assert query.dense_scores().shape == (len(reader.chunks),)
+    assert query.best_similarity == best.score == pytest.approx(float(query.dense_scores().max()))
+    assert query.embed_cached is False
     assert [h.rank for h in dense.rankings[0].hits[:3]] == [1, 2, 3]
 
 
-def test_an_unranked_dense_search_only_measures_the_nearest_chunk(reader, counting_embedder):
-    dense = run_dense(reader, counting_embedder, "今天中午吃什么好", ranked=False)
+def test_a_query_no_route_read_has_embedded_nothing(reader, counting_embedder):
+    query = make_query(reader, "今天中午吃什么好", counting_embedder)
 
-    assert dense.rankings == ()
-    assert 0.0 < dense.best_similarity < 1.0
+    untouched = (query.embedded, counting_embedder.query_calls[:])
+    similarity = query.best_similarity
+
+    assert untouched == (False, [])
+    assert query.embedded and 0.0 < similarity < 1.0
 
 
 def test_a_version_searched_through_lancedb_gets_one_dense_ranking_and_no_class_ranking(built_index,
@@ -115,15 +135,15 @@ def test_a_version_searched_through_lancedb_gets_one_dense_ranking_and_no_class_
 
     dense = run_dense(reader, counting_embedder, "PerspectiveCamera 的 fov 默认是多少")
 
-    assert dense.scores is None
+    assert dense.query.dense_scores() is None
     assert names_kinds_weights(dense.rankings) == [("dense", RouteKind.DENSE, 1.0)]
-    assert dense.best_similarity == dense.rankings[0].hits[0].score
+    assert dense.query.best_similarity == dense.rankings[0].hits[0].score
 
 
-# -- the BM25 retriever ------------------------------------------------------------------------------
+# -- the BM25 routes ---------------------------------------------------------------------------------
 
 
-def test_the_bm25_retriever_runs_question_class_head_and_member_routes(reader):
+def test_the_bm25_routes_are_question_class_head_and_member(reader):
     bm25 = run_bm25(reader, "WebGLRenderer 的 setPixelRatio 怎么用")
 
     assert names_kinds_weights(bm25.rankings) == [
@@ -134,7 +154,7 @@ def test_the_bm25_retriever_runs_question_class_head_and_member_routes(reader):
     ]
     assert {h.chunk.member for h in bm25.rankings[3].hits} == {"setPixelRatio"}
     assert {h.source for r in bm25.rankings for h in r.hits} == {"bm25"}
-    assert bm25.question_scores.shape == (len(reader.chunks),)
+    assert bm25.query.question_scores().shape == (len(reader.chunks),)
 
 
 def test_a_class_route_reads_only_its_class(reader):
@@ -145,11 +165,15 @@ def test_a_class_route_reads_only_its_class(reader):
     assert {h.chunk.class_name for h in texture.hits} == {"Texture"}
 
 
-def test_the_bm25_retriever_stops_at_6_routes_the_whole_question_first(reader):
-    bm25 = run_bm25(reader, "PerspectiveCamera OrbitControls WebGLRenderer Fog Texture Raycaster Color 的 near far fov")
+def test_a_search_stops_its_keyword_routes_at_6_rankings_the_whole_question_first(reader, counting_embedder):
+    searcher = Searcher(reader=reader, queries=QueryVectorCache(counting_embedder), planner=Planner(reader.catalog))
+    question = "PerspectiveCamera OrbitControls WebGLRenderer Fog Texture Raycaster Color 的 near far fov"
 
-    assert len(bm25.rankings) == MAX_BM25_ROUTES == 6
-    assert [r.kind for r in bm25.rankings] == [RouteKind.BM25_QUESTION] + [RouteKind.BM25_CLASS] * 5
+    every = run_bm25(reader, question).rankings
+    result = searcher.run(question, SearchOptions(mode="bm25"))
+
+    assert len(every) > MAX_BM25_ROUTES == 6
+    assert [r.kind for r in result.rankings] == [RouteKind.BM25_QUESTION] + [RouteKind.BM25_CLASS] * 5
 
 
 def test_a_route_that_finds_nothing_is_left_out_but_the_whole_question_stays(reader):
@@ -223,3 +247,47 @@ def test_weak_evidence_has_no_margin_and_ignores_hinted_classes():
     named = gate.is_weak(make_gate_plan(classes=("Fog",)), 0.0, 0.0, 0.80)
 
     assert (within_margin, below, named) == (False, True, False)
+
+
+# -- a route added by registration ---------------------------------------------------------------------
+
+
+class FirstChunkOfEachClass:
+    """A route written for this test: the first chunk of each named class, as a dense ranking."""
+
+    stage = side = "dense"
+
+    def run(self, query):
+        from rag.engine.routes import make_ranking
+
+        firsts = [next(i for i, c in enumerate(query.reader.chunks) if c.class_name == name)
+                  for name in query.plan.classes]
+        yield make_ranking(RouteKind.DENSE, firsts, [1.0] * len(firsts), query.reader, "first")
+
+
+def test_a_route_is_one_class_and_one_line_in_the_list_of_routes(reader, counting_embedder):
+    routes = load_routes([*DEFAULT_ROUTES, f"{__name__}.FirstChunkOfEachClass"])
+    searcher = Searcher(reader=reader, queries=QueryVectorCache(counting_embedder), planner=Planner(reader.catalog),
+                        routes=routes)
+
+    result = searcher.run("PerspectiveCamera 的 fov 默认是多少")
+    vector_only = searcher.run("PerspectiveCamera 的 fov 默认是多少", SearchOptions(mode="bm25"))
+
+    assert "dense:first" in [r.name for r in result.rankings]
+    assert "dense:first" not in [r.name for r in vector_only.rankings]  # a dense route: not in a BM25-only search
+
+
+def test_a_route_that_does_not_import_is_named():
+    with pytest.raises(ValueError, match="rag.engine.routes.NoSuchRoute"):
+        load_routes(["rag.engine.routes.NoSuchRoute"])
+
+
+def test_the_system_check_names_a_listed_route_that_does_not_import(settings):
+    from rag.checks import routes_import
+
+    settings.RAG_ENGINE = {**settings.RAG_ENGINE, "ROUTES": ["rag.engine.routes.DenseRoute", "nowhere.Route"]}
+    errors = routes_import(None)
+    settings.RAG_ENGINE = {**settings.RAG_ENGINE, "ROUTES": []}
+
+    assert [(e.id, "nowhere.Route" in e.msg) for e in errors] == [("rag.E001", True)]
+    assert routes_import(None) == []

@@ -12,7 +12,7 @@ from rag.engine.llm import ChatClient
 from rag.engine.plan import Planner
 from rag.engine.rewrite import MAX_KEYWORD_CHARS, QueryRewriter, parse_keywords
 from rag.engine.search import Searcher
-from rag.engine.types import RouteKind
+from rag.engine.types import RouteKind, SearchOptions
 from rag.pipeline import get_engine
 
 
@@ -140,7 +140,8 @@ def test_a_single_route_mode_searches_the_rewrite_on_that_route_only(reader, cou
                                                                      mode, route):
     llm_server.default_text = "Fog near far"
 
-    result = make_searcher(reader, counting_embedder, rewriter=make_rewriter(llm_server)).run(QUESTION, mode=mode)
+    result = make_searcher(reader, counting_embedder, rewriter=make_rewriter(llm_server)).run(
+        QUESTION, SearchOptions(mode=mode))
 
     assert [r.name for r in result.rankings if r.name.endswith(":rewrite")] == [route]
 
@@ -157,12 +158,14 @@ def test_a_failed_rewrite_leaves_the_search_as_without_it(reader, counting_embed
     assert "rewrite" in result.timings_ms and "rewrite_search" not in result.timings_ms
 
 
-def test_a_call_can_switch_the_rewrite_off_or_ask_for_one(reader, counting_embedder, llm_server):
+def test_a_call_can_switch_the_rewrite_off_or_ask_for_the_configured_one(reader, counting_embedder, llm_server):
     baseline = make_searcher(reader, counting_embedder).run(QUESTION)
 
-    off = make_searcher(reader, counting_embedder, rewriter=make_rewriter(llm_server)).run(QUESTION, rewrite=False)
-    missing = make_searcher(reader, counting_embedder).run(QUESTION, rewrite=True)
-    chosen = make_searcher(reader, counting_embedder).run(QUESTION, rewrite=make_rewriter(llm_server))
+    off = make_searcher(reader, counting_embedder, rewriter=make_rewriter(llm_server)).run(
+        QUESTION, SearchOptions(rewrite=False))
+    missing = make_searcher(reader, counting_embedder).run(QUESTION, SearchOptions(rewrite=True))
+    chosen = make_searcher(reader, counting_embedder, rewriter=make_rewriter(llm_server)).run(
+        QUESTION, SearchOptions(rewrite=True))
 
     assert off.hits == baseline.hits and off.rankings == baseline.rankings and "rewrite" not in off.timings_ms
     assert (baseline.rewrite, baseline.rewrite_error) == ("", "")

@@ -12,7 +12,7 @@ from rag.engine.fuse import RRF_K, rrf_fuse
 from rag.engine.index import VersionReader
 from rag.engine.plan import Planner
 from rag.engine.search import MAX_BM25_ROUTES, Searcher
-from rag.engine.types import Chunk, Hit, Ranking, RouteKind
+from rag.engine.types import Chunk, Hit, Ranking, RouteKind, SearchOptions
 
 STAGES = {"plan", "bm25", "embed", "embed_cached", "dense", "fuse", "adopt", "total"}
 
@@ -226,7 +226,7 @@ def test_an_excluded_chunk_is_never_returned(reader, counting_embedder):
     first = searcher.run("PerspectiveCamera 的 fov 默认是多少")
     excluded = first.hits[0].chunk.chunk_id
 
-    again = searcher.run("PerspectiveCamera 的 fov 默认是多少", exclude=[excluded, "no-such-chunk"])
+    again = searcher.run("PerspectiveCamera 的 fov 默认是多少", SearchOptions(exclude=[excluded, "no-such-chunk"]))
 
     assert excluded not in [h.chunk.chunk_id for h in again.hits]
     assert again.excluded == (excluded,)
@@ -234,7 +234,7 @@ def test_an_excluded_chunk_is_never_returned(reader, counting_embedder):
 
 
 def test_top_k_changes_how_many_a_single_class_question_adopts(reader, counting_embedder):
-    result = make_searcher(reader, counting_embedder).run("PerspectiveCamera 的 fov", top_k=2)
+    result = make_searcher(reader, counting_embedder).run("PerspectiveCamera 的 fov", SearchOptions(top_k=2))
 
     assert len(result.hits) == 2
 
@@ -289,7 +289,7 @@ def test_a_version_above_the_in_memory_limit_is_searched_through_lancedb(built_i
 
 @pytest.mark.parametrize("mode", ["vector", "bm25"])
 def test_single_route_modes_still_find_the_class(reader, counting_embedder, mode):
-    result = make_searcher(reader, counting_embedder).run("Raycaster 的 intersectObjects 返回什么", mode=mode)
+    result = make_searcher(reader, counting_embedder).run("Raycaster 的 intersectObjects 返回什么", SearchOptions(mode=mode))
 
     assert result.mode == mode
     assert result.hits[0].chunk.class_name == "Raycaster"
@@ -298,11 +298,11 @@ def test_single_route_modes_still_find_the_class(reader, counting_embedder, mode
 
 
 def test_bm25_mode_does_not_embed_a_question_that_names_a_class(reader, counting_embedder):
-    make_searcher(reader, counting_embedder).run("Raycaster 的 intersectObjects", mode="bm25")
+    make_searcher(reader, counting_embedder).run("Raycaster 的 intersectObjects", SearchOptions(mode="bm25"))
 
     assert counting_embedder.query_calls == []
 
 
 def test_an_unknown_mode_is_refused(reader, counting_embedder):
     with pytest.raises(ValueError):
-        make_searcher(reader, counting_embedder).run("Fog", mode="fuzzy")
+        make_searcher(reader, counting_embedder).run("Fog", SearchOptions(mode="fuzzy"))
