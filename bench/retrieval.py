@@ -42,7 +42,7 @@ from rag.engine.ingest import read_folder  # noqa: E402
 from rag.engine.plan import Planner  # noqa: E402
 from rag.engine.search import Searcher  # noqa: E402
 from rag.engine.types import Hit, SearchOptions, SearchResult  # noqa: E402
-from rag.engine.weighted import WeightedRetriever  # noqa: E402
+from rag.engine.weighted import WeightedSearcher, WeightedSetting, WeightedSource  # noqa: E402
 from rag.metrics import (ANSWERABLE_LAYERS, HALVES, Gate, RetrievedChunk, class_hit_by_layer, id_half,  # noqa: E402
                          page_matches, score_question, split_halves, summarize)
 
@@ -193,17 +193,18 @@ class Searchers:
         if mode != "weighted":
             return self.searcher.run(question, SearchOptions(mode=mode, complete=complete))
         searcher = self.searcher
-        plan = searcher.planner.run(question)  # its corrected question, as rag.services.retrieval reads it
-        ranked = WeightedRetriever(searcher.reader, searcher.queries).run(
-            plan.corrected_question, dense_weight=WEIGHTED_DENSE, top_k=WEIGHTED_TOP_N)
-        hits = tuple(Hit(chunk=h.chunk, score=h.similarity, source="weighted", rank=n)
-                     for n, h in enumerate(ranked.hits, start=1))
+        plan = searcher.planner.run(question)  # the corrected question the engine's weighted ranking reads
+        source = WeightedSource(key=0, reader=searcher.reader, planner=searcher.planner)
+        ranked = WeightedSearcher(searcher.queries).run(question, [source], WEIGHTED)
+        hits = tuple(Hit(chunk=c.hit.chunk, score=c.hit.similarity, source="weighted", rank=n)
+                     for n, c in enumerate(ranked.passing, start=1))
         return SearchResult(plan=plan, hits=hits, timings_ms={**ranked.timings_ms,
                                                               "total": sum(ranked.timings_ms.values())})
 
 
-WEIGHTED_DENSE = 0.5  # the retrieval APIs' default dense_weight
-WEIGHTED_TOP_N = 10  # at least the class window (5, or 3 x the classes named)
+# The retrieval APIs' default dense_weight; the first 10 (at least the class window: 5, or 3 x the classes named),
+# with no similarity threshold, so every question is scored on as many chunks.
+WEIGHTED = WeightedSetting(dense_weight=0.5, top_k=10, similarity_threshold=0.0)
 
 
 def searcher_for(reader: VersionReader, queries: QueryVectorCache) -> Searchers:

@@ -3,27 +3,27 @@
 The open retrieval API, the RAGFlow-compatible API and Dify's external knowledge API are faces over
 `question_retrieve`: each parses its own request into a `RetrievalRequest` and shapes the `RetrievalOutcome`
 its own way. The service resolves and checks the knowledge bases, merges the settings (`setting_of`), filters
-the documents (`rag.services.filters`), ranks by the weighted similarity (`rag.engine.weighted`), applies the
-threshold, the rerank, the knowledge-base priority and the window, and leaves one request record through the
-question service's `question_call`, for a success and for every failure.
+the documents (`rag.services.filters`) and hands the engine's `WeightedSearcher` (rag.engine.weighted) one source
+per knowledge base; it then cuts the window, looks the documents up, shows the chunks and leaves one request
+record through the question service's `question_call`, for a success and for every failure.
 
-Order of the stages: for each knowledge base the `top_k` best chunks by similarity (within the filter); merged in
-similarity order (grouped by priority when asked: p0's knowledge bases, then p1's, p2's and the others, each group
-in similarity order), the first `top_k` of them; those at or above `similarity_threshold`; reranked when asked (the
-API, then the model), those at or above `rank_score_threshold`, grouped by priority again; `total` counts them all,
-and the window `[offset, offset + top_n)` is returned.
+Order of the stages (the engine's): for each knowledge base the `top_k` best chunks by similarity (within the
+filter); merged in similarity order (grouped by priority when asked: p0's knowledge bases, then p1's, p2's and the
+others, each group in similarity order), the first `top_k` of them; those at or above `similarity_threshold`;
+reranked when asked (the API, then the model), those at or above `rank_score_threshold`, grouped by priority again;
+`total` counts them all, and the window `[offset, offset + top_n)` is returned.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 from django.conf import settings
 
 from rag.engine.types import Hit, Plan, Ranking, RouteKind, SearchResult, Usage
-from rag.engine.weighted import ScoredHit, WeightedRetriever, content_tokens, highlight, important_keywords
+from rag.engine.weighted import (RerankFailed, WeightedCandidate, WeightedSetting, WeightedSource, content_tokens,
+                                 highlight, important_keywords)
 from rag.errors import ServiceError
 from rag.models import Channel, Document, KnowledgeBase, RequestRecord, RetrievalApp
 from rag.pipeline import get_engine
@@ -53,6 +53,14 @@ class RetrievalSetting:
     enable_kb_priority: bool = False
     kb_priority: tuple[tuple[str, tuple], ...] = ()  # ("p0", (kb ids…)), …
     extra: dict = field(default_factory=dict)
+
+    def ranking(self) -> WeightedSetting:
+        """What the engine's ranking reads of it."""
+        return WeightedSetting(
+            dense_weight=self.dense_weight, top_k=self.top_k, similarity_threshold=self.similarity_threshold,
+            rerank=tuple(name for name, wanted in (("api", self.enable_rerank), ("llm", self.enable_llm_rerank))
+                         if wanted),
+            rank_score_threshold=self.rank_score_threshold, by_priority=self.enable_kb_priority)
 
 
 def _invalid(name: str, rule: str) -> ServiceError:
@@ -216,19 +224,6 @@ class RetrievalOutcome:
     freshness: tuple[str, ...] = ()  # per base searched: "<kb>@<version> built <ISO time>[ rev <revision>]"
 
 
-@dataclass(frozen=True, slots=True)
-class _Candidate:
-    hit: ScoredHit
-    kb: KnowledgeBase
-    reader: object
-    tokens: tuple[str, ...]  # the query terms its base's ranking counted (highlighted)
-    rank_score: float | None = None
-
-    @property
-    def score(self) -> float:
-        return self.rank_score if self.rank_score is not None else self.hit.similarity
-
-
 NOT_CONFIGURED = {
     "rerank": ServiceError("rerank_not_configured", "enable_rerank needs a rerank API (RAG_RERANK_BASE_URL); "
                            "none is configured.", status=409),
@@ -253,7 +248,8 @@ def question_retrieve(request: RetrievalRequest) -> RetrievalOutcome:
         if not isinstance(request.offset, int) or request.offset < 0:
             raise ServiceError("invalid_page", "The page must be a positive integer.")
         engine = get_engine()
-        _check_rerankers(engine, setting)  # an option without its model fails whatever the question finds
+        ranking = setting.ranking()
+        _check_rerankers(engine, ranking)  # an option without its model fails whatever the question finds
         usage = Usage()
         keywords = ""
         if setting.enable_agent_enhance_search:
@@ -261,9 +257,9 @@ def question_retrieve(request: RetrievalRequest) -> RetrievalOutcome:
         document_filter = replace(request.filter, label_value_ids=request.filter.label_value_ids
                                   or setting.label_value_ids)
         allowed = documents_allowed(kbs, document_filter)  # None: every document
-        timings: dict[str, float] = {}
-        candidates: list[_Candidate] = []
-        versions, freshness = [], []
+        group_of = _priority_groups(setting.kb_priority, kbs) if setting.enable_kb_priority else {}
+        sources, versions, freshness = [], [], []
+        by_id = {kb.pk: kb for kb in kbs}
         with held(record_request, "retrieval"):
             for kb in kbs:
                 row = version_of(kb, None)
@@ -272,35 +268,20 @@ def question_retrieve(request: RetrievalRequest) -> RetrievalOutcome:
                 freshness.append(f"{kb.slug}@{row.name} built {built}"
                                  + (f" rev {row.source_revision}" if row.source_revision else ""))
                 reader = engine.reader(kb.slug, row.name)
-                # Identifiers misspelt against this base's catalog are read corrected ("PerspectivCamera"), as
-                # every search reads them: on the written dev set, class hit 83.0% -> 84.4% (half A 77.9 -> 80.9).
-                corrected = engine.planner(kb.slug, row.name, aliases_for(kb)).run(question).corrected_question
-                mask = None
-                if allowed is not None:
-                    paths = allowed.get(kb.pk, set())
-                    mask = _mask(reader, paths)
-                    if not mask.any():
-                        continue
-                result = WeightedRetriever(reader, engine.queries).run(
-                    corrected, dense_weight=setting.dense_weight, top_k=setting.top_k, mask=mask, keywords=keywords)
-                for stage, ms in result.timings_ms.items():
-                    timings[stage] = timings.get(stage, 0.0) + ms
-                candidates.extend(_Candidate(hit, kb, reader, result.tokens) for hit in result.hits)
-        candidates.sort(key=lambda c: (-c.hit.similarity, c.kb.pk, c.hit.position))
-        if setting.enable_kb_priority:  # before the top_k cut, so a p0 base's weaker chunks are not cut for p1's
-            candidates = _by_priority(candidates, setting.kb_priority, kbs)
-        passing = [c for c in candidates[:setting.top_k] if c.hit.similarity >= setting.similarity_threshold]
-        rerank = "none"
-        if passing and (setting.enable_rerank or setting.enable_llm_rerank):
-            started = time.perf_counter()
-            passing, rerank, rerank_usage = _reranked(engine, question, passing, setting)
-            usage += rerank_usage
-            timings["rerank"] = round((time.perf_counter() - started) * 1000, 3)
-            if setting.enable_kb_priority:
-                passing = _by_priority(passing, setting.kb_priority, kbs)
+                sources.append(WeightedSource(
+                    key=kb.pk, reader=reader, planner=engine.planner(kb.slug, row.name, aliases_for(kb)),
+                    mask=_mask(reader, allowed.get(kb.pk, set())) if allowed is not None else None,
+                    group=group_of.get(kb.pk, len(PRIORITIES))))
+            try:
+                ranked = engine.weighted.run(question, sources, ranking, keywords=keywords)
+            except RerankFailed as exc:
+                raise ServiceError("rerank_failed", f"The reranker gave no order: {exc}", status=502) from None
+        usage += ranked.usage
+        timings, rerank = dict(ranked.timings_ms), ranked.rerank
+        passing = list(ranked.passing)
         window = passing[request.offset:request.offset + setting.top_n]
         documents = _documents(passing)
-        chunks = tuple(_shown(c, documents) for c in window)
+        chunks = tuple(_shown(c, by_id[c.source.key], documents) for c in window)
         summary = ""
         if setting.enable_agent_enhance_search and request.summary and chunks:
             summary, summary_usage = _summary(engine, question, window)
@@ -363,52 +344,26 @@ def _mask(reader, paths: set[str]) -> np.ndarray:
     return np.fromiter((c.source in paths for c in reader.chunks), dtype=bool, count=reader.count)
 
 
-def _check_rerankers(engine, setting: RetrievalSetting) -> None:
-    if setting.enable_rerank and "api" not in engine.rerankers:
-        raise NOT_CONFIGURED["rerank"]
-    if setting.enable_llm_rerank and "llm" not in engine.rerankers:
-        raise NOT_CONFIGURED["llm"]
+def _check_rerankers(engine, ranking: WeightedSetting) -> None:
+    missing = engine.weighted.missing(ranking)
+    if missing:
+        raise NOT_CONFIGURED["rerank" if missing[0] == "api" else "llm"]
 
 
-def _reranked(engine, question: str, passing: list[_Candidate], setting: RetrievalSetting):
-    """Reorder the passing candidates by the rerank API, then (or only) by the model, each asked for when its
-    option is on; keep those whose last rank score is at or above the rank threshold. The model reads at most
-    RAG_RERANK_CANDIDATES of them (a listwise prompt): the others drop out."""
-    stages = [backend for backend, wanted in (("api", setting.enable_rerank), ("llm", setting.enable_llm_rerank))
-              if wanted]
-    usage = Usage()
-    for backend in stages:  # each configured: _check_rerankers
-        reranker = engine.rerankers[backend]
-        if backend == "llm":
-            passing = passing[:engine.rerank_candidates]
-        hits = [Hit(chunk=c.hit.chunk, score=c.score, source="weighted", rank=n) for n, c in enumerate(passing, start=1)]
-        result = reranker.run(question, hits)
-        if result.backend == "none":
-            raise ServiceError("rerank_failed", f"The reranker gave no order: {result.error}", status=502)
-        usage += result.usage
-        position_of = {id(hit.chunk): n for n, hit in enumerate(hits)}  # a reranked hit keeps its chunk object
-        passing = [replace(passing[position_of[id(hit.chunk)]],
-                           rank_score=min(1.0, max(0.0, float(hit.score))) if hit.source == "rerank" else 0.0)
-                   for hit in result.hits]
-        passing.sort(key=lambda c: -c.rank_score)
-    kept = [c for c in passing if c.rank_score >= setting.rank_score_threshold]
-    return kept, "+".join(stages), usage
-
-
-def _by_priority(passing: list[_Candidate], priority: tuple[tuple[str, tuple], ...], kbs) -> list[_Candidate]:
-    """p0's knowledge bases first, then p1's, then p2's, then the others; each group in score order."""
+def _priority_groups(priority: tuple[tuple[str, tuple], ...], kbs) -> dict[int, int]:
+    """Each knowledge base's priority group: 0 for p0's, 1 for p1's, 2 for p2's (the first that names it); the
+    others are left out (they come last)."""
     group_of: dict[int, int] = {}
     for rank, (_, ids) in enumerate(priority):
         for given in ids:
             for kb in kbs:
                 if kb.pk not in group_of and (str(kb.pk) == str(given) or kb.slug == given):
                     group_of[kb.pk] = rank
-    last = len(PRIORITIES)
-    return sorted(passing, key=lambda c: group_of.get(c.kb.pk, last))  # sorted() is stable: score order stays
+    return group_of
 
 
-def _documents(passing: list[_Candidate]) -> dict[tuple[int, str], Document]:
-    pairs = {(c.kb.pk, c.hit.chunk.source) for c in passing}
+def _documents(passing: list[WeightedCandidate]) -> dict[tuple[int, str], Document]:
+    pairs = {(c.source.key, c.hit.chunk.source) for c in passing}
     if not pairs:
         return {}
     rows = Document.objects.filter(kb_id__in={kb for kb, _ in pairs}, path__in={p for _, p in pairs}) \
@@ -416,10 +371,10 @@ def _documents(passing: list[_Candidate]) -> dict[tuple[int, str], Document]:
     return {(d.kb_id, d.path): d for d in rows}
 
 
-def _shown(candidate: _Candidate, documents: dict) -> RetrievedChunk:
-    hit, reader, chunk = candidate.hit, candidate.reader, candidate.hit.chunk
+def _shown(candidate: WeightedCandidate, kb: KnowledgeBase, documents: dict) -> RetrievedChunk:
+    hit, reader, chunk = candidate.hit, candidate.source.reader, candidate.hit.chunk
     return RetrievedChunk(
-        chunk_id=chunk.chunk_id, text=chunk.text, kb=candidate.kb, document=documents.get((candidate.kb.pk, chunk.source)),
+        chunk_id=chunk.chunk_id, text=chunk.text, kb=kb, document=documents.get((kb.pk, chunk.source)),
         title=" > ".join(chunk.heading_path) or chunk.title,
         similarity=round(hit.similarity, 6), vector_similarity=round(hit.vector_similarity, 6),
         term_similarity=round(hit.term_similarity, 6),
@@ -428,10 +383,10 @@ def _shown(candidate: _Candidate, documents: dict) -> RetrievedChunk:
         highlight=highlight(reader, chunk.text, candidate.tokens), source=chunk.source)
 
 
-def _aggregates(passing: list[_Candidate], documents: dict) -> tuple[DocumentAggregate, ...]:
-    groups: dict[tuple[int, str], list[_Candidate]] = {}
+def _aggregates(passing: list[WeightedCandidate], documents: dict) -> tuple[DocumentAggregate, ...]:
+    groups: dict[tuple[int, str], list[WeightedCandidate]] = {}
     for candidate in passing:
-        groups.setdefault((candidate.kb.pk, candidate.hit.chunk.source), []).append(candidate)
+        groups.setdefault((candidate.source.key, candidate.hit.chunk.source), []).append(candidate)
     aggregates = [DocumentAggregate(document=documents.get(key), source=key[1],
                                     title=members[0].hit.chunk.title, count=len(members),
                                     avg_score=round(sum(c.score for c in members) / len(members), 6),
@@ -450,7 +405,7 @@ def _enhanced(engine, question: str) -> tuple[str, Usage]:
     return rewrite.keywords, rewrite.usage
 
 
-def _summary(engine, question: str, window: list[_Candidate]) -> tuple[str, Usage]:
+def _summary(engine, question: str, window: list[WeightedCandidate]) -> tuple[str, Usage]:
     """The model's answer from the returned chunks: the `summary` of an enhanced search."""
     generator = engine.generator
     if not generator.uses_model:
@@ -462,7 +417,7 @@ def _summary(engine, question: str, window: list[_Candidate]) -> tuple[str, Usag
     return answer.text, answer.usage
 
 
-def _search_result(question: str, window: list[_Candidate], versions: str, timings: dict, rerank: str,
+def _search_result(question: str, window: list[WeightedCandidate], versions: str, timings: dict, rerank: str,
                    keywords: str) -> SearchResult:
     """The record's view of a retrieval: the returned chunks as the adopted ones, with their final scores."""
     hits = tuple(Hit(chunk=c.hit.chunk, score=c.score, source="weighted", rank=n, raw_score=c.hit.similarity)

@@ -1,5 +1,6 @@
 """Weighted retrieval (seed 002) on a tiny index of three made-up pages: the term and vector similarities on
-0..1, their weighted fusion, and how a chunk is shown (content tokens, important keywords, highlighting)."""
+0..1, their weighted fusion, the retrieval APIs' ranking over several versions (merge, priority, thresholds,
+rerank), and how a chunk is shown (content tokens, important keywords, highlighting)."""
 
 from __future__ import annotations
 
@@ -15,10 +16,16 @@ from rag.engine.chunk import chunk_documents
 from rag.engine.embed import QueryVectorCache
 from rag.engine.index import VersionReader, bm25_text
 from rag.engine.ingest import read_folder
+from rag.engine.plan import Planner
+from rag.engine.rerank import RerankResult, reordered
 from rag.engine.text import tokenize
 from rag.engine.weighted import (
     IMPORTANT_KEYWORDS,
+    RerankFailed,
     WeightedRetriever,
+    WeightedSearcher,
+    WeightedSetting,
+    WeightedSource,
     content_tokens,
     highlight,
     important_keywords,
@@ -452,3 +459,101 @@ def test_highlight_with_tags_removed_and_unescaped_is_the_original_text(reader, 
         assert not set("<>\"'") & set(bare)
         assert marked.count("<em>") == marked.count("</em>")
         assert "<em></em>" not in marked
+
+
+# -- the retrieval APIs' ranking over several versions (WeightedSearcher) --------------------------------------
+
+
+class LastFirst:
+    """A reranker written for these tests: the candidates in reverse order, scored 0.9, 0.8, …; or no order."""
+
+    def __init__(self, fails: str = ""):
+        self.fails, self.seen = fails, []
+
+    def run(self, question, hits):
+        self.seen.append(len(hits))
+        if self.fails:
+            return RerankResult(hits=tuple(hits), backend="none", error=self.fails)
+        order = [(p, round(0.9 - 0.1 * n, 2)) for n, p in enumerate(reversed(range(len(hits))))]
+        return RerankResult(hits=reordered(hits, order), backend="api")
+
+
+def source(reader, key: int, **fields) -> WeightedSource:
+    return WeightedSource(key=key, reader=reader, planner=Planner(reader.catalog), **fields)
+
+
+def ranked(reader, queries, sources, question="how bright is the lamp", rerankers=None, **setting):
+    searcher = WeightedSearcher(queries=queries, rerankers=rerankers or {}, rerank_candidates=2)
+    return searcher.run(question, sources, WeightedSetting(**{"similarity_threshold": 0.0, **setting}))
+
+
+def test_one_source_ranks_as_its_weighted_retriever_does(reader, queries):
+    alone = WeightedRetriever(reader, queries).run("how bright is the lamp", dense_weight=0.3, top_k=5)
+
+    result = ranked(reader, queries, [source(reader, 1)], dense_weight=0.3, top_k=5)
+
+    assert [c.hit for c in result.passing] == list(alone.hits)
+    assert {c.source.key for c in result.passing} == {1} and result.rerank == "none"
+
+
+def test_several_sources_merge_by_similarity_and_equal_ones_break_on_the_source_key(reader, queries):
+    result = ranked(reader, queries, [source(reader, 7), source(reader, 3)], top_k=6)
+
+    pairs = [(c.hit.similarity, c.source.key) for c in result.passing]
+    assert pairs == sorted(pairs, key=lambda p: (-p[0], p[1]))
+    assert [key for _, key in pairs[:2]] == [3, 7]  # the same version twice: each chunk ties, key 3 first
+    assert len(result.passing) == 6  # the merged list is cut at top_k too
+
+
+def test_priority_groups_come_first_before_the_cut(reader, queries):
+    result = ranked(reader, queries, [source(reader, 1, group=1), source(reader, 2, group=0)], top_k=4,
+                    by_priority=True)
+
+    assert [c.source.key for c in result.passing] == [2, 2, 2, 2]
+
+
+def test_the_similarity_threshold_drops_what_is_below_it(reader, queries):
+    every = ranked(reader, queries, [source(reader, 1)], top_k=10)
+    cut = every.passing[2].hit.similarity
+
+    result = ranked(reader, queries, [source(reader, 1)], top_k=10, similarity_threshold=cut)
+
+    assert all(c.hit.similarity >= cut for c in result.passing)
+    assert len(result.passing) == sum(1 for c in every.passing if c.hit.similarity >= cut)
+
+
+def test_a_source_whose_filter_allows_nothing_is_skipped(reader, queries):
+    result = ranked(reader, queries, [source(reader, 1, mask=np.zeros(reader.count, dtype=bool)), source(reader, 2)],
+                    top_k=10)
+
+    assert {c.source.key for c in result.passing} == {2}
+
+
+def test_a_rerank_reorders_scores_and_keeps_what_reaches_the_rank_threshold(reader, queries):
+    reranker = LastFirst()
+    before = ranked(reader, queries, [source(reader, 1)], top_k=4)
+
+    result = ranked(reader, queries, [source(reader, 1)], rerankers={"api": reranker}, top_k=4, rerank=("api",),
+                    rank_score_threshold=0.75)
+
+    assert [c.hit for c in result.passing] == [c.hit for c in reversed(before.passing)][:2]
+    assert [c.rank_score for c in result.passing] == [0.9, 0.8] and result.rerank == "api"
+    assert "rerank" in result.timings_ms
+
+
+def test_the_model_reads_at_most_its_candidates(reader, queries):
+    model = LastFirst()
+
+    ranked(reader, queries, [source(reader, 1)], rerankers={"llm": model}, top_k=5, rerank=("llm",))
+
+    assert model.seen == [2]
+
+
+def test_a_rerank_that_gives_no_order_fails_and_a_missing_one_is_named(reader, queries):
+    with pytest.raises(RerankFailed, match="timed out"):
+        ranked(reader, queries, [source(reader, 1)], rerankers={"api": LastFirst(fails="timed out")}, rerank=("api",))
+    searcher = WeightedSearcher(queries=queries, rerankers={"api": LastFirst()})
+
+    assert searcher.missing(WeightedSetting(rerank=("api", "llm"))) == ["llm"]
+    with pytest.raises(KeyError, match="llm"):
+        searcher.run("lamp", [source(reader, 1)], WeightedSetting(rerank=("llm",)))
