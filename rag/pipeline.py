@@ -23,6 +23,7 @@ from rag.engine.rewrite import QueryRewriter
 from rag.engine.routes import DEFAULT_ROUTES, Route, load_routes
 from rag.engine.search import Searcher
 from rag.engine.text import set_cache_dir
+from rag.engine.vision import VisionModel
 from rag.engine.weighted import WeightedSearcher
 
 log = logging.getLogger(__name__)
@@ -276,6 +277,27 @@ def make_chooser() -> ConstrainedChooser | None:
                               thinking=config["GENERATION_THINKING"], breaker=make_breaker(breaker_key()))
 
 
+_vision_models: dict = {}
+
+
+def vision_model() -> VisionModel:
+    """The vision model of RAG_VISION, built once per configuration and process, behind its own breaker shared by
+    every process through the Django cache (an outage seen by one process stops the others' calls too)."""
+    config = settings.RAG_VISION
+    timeout = float(config["TIMEOUT"])
+    key = (config["BASE_URL"], config["MODEL"], config["API_KEY"] or "", timeout, int(config["MAX_TOKENS"]))
+    model = _vision_models.get(key)
+    if model is None:
+        client = ChatClient(base_url=key[0], model=key[1], api_key=key[2], timeout=(min(5.0, timeout), timeout),
+                            max_tokens=key[4])
+        model = VisionModel(client, breaker=make_breaker(f"rag:breaker:vision:{key[0]}:{key[1]}"))
+        with _lock:
+            if len(_vision_models) > 8:
+                _vision_models.clear()
+            model = _vision_models.setdefault(key, model)
+    return model
+
+
 def get_engine() -> Engine:
     """Return this process's engine, built on first use."""
     global _engine
@@ -352,3 +374,4 @@ def reset_engine() -> None:
     with _lock:
         _engine = None
         _planners.clear()
+        _vision_models.clear()

@@ -223,6 +223,19 @@ def test_an_upstream_500_is_a_502_vision_upstream_error(client, vision):
     assert RequestRecord.objects.get().error_code == "vision_upstream_error"
 
 
+def test_a_model_that_keeps_failing_is_not_called_until_its_breaker_cools_down(client, vision, settings):
+    threshold = settings.RAG_ENGINE["BREAKER_THRESHOLD"]
+    vision.replies = [("500", "")] * threshold
+
+    failed = [post(client, "answer", {"images": [PNG_1X1]}).status_code for _ in range(threshold)]
+    skipped = post(client, "observe", {"images": [PNG_1X1]})
+
+    assert failed == [502] * threshold and len(vision.calls) == threshold
+    assert skipped.status_code == 503 and skipped["Retry-After"] == str(settings.RAG_ENGINE["BREAKER_COOLDOWN"])
+    assert skipped.json()["error"] | {"message": ""} == {"code": "vision_upstream_error", "message": "",
+                                                         "details": {"kind": "circuit_open"}}
+
+
 def test_an_upstream_that_does_not_answer_in_time_is_a_502(client, vision, settings):
     settings.RAG_VISION = {**settings.RAG_VISION, "TIMEOUT": 0.3}
     vision.replies = [("slow", "too late")]

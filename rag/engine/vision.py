@@ -19,8 +19,9 @@ import binascii
 import json
 import re
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from .breaker import CircuitBreaker
 from .llm import THINK_RE, ChatClient, Completion, GenerationError, reply_text
 from .types import Usage
 
@@ -294,18 +295,52 @@ def _urllib3_error() -> type[Exception]:
     return HTTPError
 
 
+CIRCUIT_OPEN = "circuit_open"  # the GenerationError kind of a call the breaker did not let out
+
+
 @dataclass
 class VisionModel:
-    """The multimodal model: `complete()` a whole reply, or `stream()` one, retrying a broken stream once."""
+    """The multimodal model: `complete()` a whole reply, or `stream()` one, retrying a broken stream once; behind its
+    own circuit breaker, so a failing model is not called again until it cools down (GenerationError `circuit_open`).
+    """
 
     client: ChatClient
     retries: int = 1
+    breaker: CircuitBreaker = field(default_factory=CircuitBreaker)
 
     def complete(self, messages: list[dict], *, extra: dict | None = None) -> Completion:
-        return self.client.complete_full(messages, extra=extra)
+        with self._attempt() as attempt:
+            try:
+                completion = self.client.complete_full(messages, extra=extra)
+            except GenerationError as exc:
+                attempt.failed(exc)
+                raise
+            attempt.succeeded()
+            return completion
 
     def stream(self, messages: list[dict], *, extra: dict | None = None,
                cancelled: Callable[[], bool] = lambda: False) -> Iterator[Delta | Reset | Done]:
+        """`_stream` behind the breaker: a stream that ends is a success, one that breaks for good a failure, and
+        one its reader left reports nothing (a left trial counts as abandoned)."""
+        with self._attempt() as attempt:
+            try:
+                for item in self._stream(messages, extra=extra, cancelled=cancelled):
+                    if isinstance(item, Done):
+                        attempt.succeeded()
+                    yield item
+            except GenerationError as exc:
+                attempt.failed(exc)
+                raise
+
+    def _attempt(self):
+        attempt = self.breaker.attempt(timeout=self.client.timeout[1])
+        if attempt is None:
+            raise GenerationError(CIRCUIT_OPEN, "the vision model failed repeatedly; it is not called until it "
+                                                "cools down")
+        return attempt
+
+    def _stream(self, messages: list[dict], *, extra: dict | None = None,
+                cancelled: Callable[[], bool] = lambda: False) -> Iterator[Delta | Reset | Done]:
         """Yield `Delta`s as the model writes, `Reset` before a retry of a stream that broke after some text,
         then `Done`; stop (closing the upstream response) as soon as `cancelled()` is true. A stream that
         breaks again raises GenerationError."""

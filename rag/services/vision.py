@@ -27,13 +27,15 @@ from django.conf import settings
 
 from rag.capacity import CapacityGate
 from rag.engine.constrained import provider_of, thinking_fields
-from rag.engine.llm import ChatClient, GenerationError
+from rag.engine.llm import GenerationError
 from rag.engine.types import Answer, Citation, Hit, Usage
-from rag.engine.vision import (DEFAULT_LABELS, FINAL_PROMPT, AnswerField, Delta, Done, Image, ImageError, Reset,
-                               VisionModel, agentic_messages, answer_messages, cited, decode_image, observe_messages,
-                               parse_observation, parse_step, references_message, split_thinking, usage_sum)
+from rag.engine.vision import (CIRCUIT_OPEN, DEFAULT_LABELS, FINAL_PROMPT, AnswerField, Delta, Done, Image, ImageError,
+                               Reset, VisionModel, agentic_messages, answer_messages, cited, decode_image,
+                               observe_messages, parse_observation, parse_step, references_message, split_thinking,
+                               usage_sum)
 from rag.errors import ServiceError
 from rag.models import Channel
+from rag.pipeline import vision_model
 from rag.services.knowledge import kb_get
 from rag.services.questions import (Caller, QuestionRequest, TokenEvent, candidate_of, question_call, question_refused,
                                     question_search, version_of)
@@ -68,6 +70,11 @@ def not_configured() -> ServiceError:
 def upstream_error(exc: GenerationError) -> ServiceError:
     if exc.kind == "malformed":
         return response_invalid(str(exc))
+    if exc.kind == CIRCUIT_OPEN:  # the model failed repeatedly: not called until its breaker cools down
+        error = ServiceError("vision_upstream_error", "视觉模型连续失败，暂停调用，请稍后重试。", status=503,
+                             headers={"Retry-After": str(settings.RAG_ENGINE["BREAKER_COOLDOWN"])})
+        error.details = {"kind": exc.kind}
+        return error
     error = ServiceError("vision_upstream_error", "视觉模型上游调用失败（超时、连接或 HTTP 错误），请稍后重试。",
                          status=502)
     error.details = {"kind": exc.kind}
@@ -187,13 +194,6 @@ VisionEvent = Progress | TokenEvent | AnswerReset | Outcome
 # -- the routes ---------------------------------------------------------------------------------------------
 
 
-def _model() -> VisionModel:
-    config = _config()
-    timeout = float(config["TIMEOUT"])
-    return VisionModel(ChatClient(base_url=config["BASE_URL"], model=config["MODEL"], api_key=config["API_KEY"] or "",
-                                  timeout=(min(5.0, timeout), timeout), max_tokens=int(config["MAX_TOKENS"])))
-
-
 def _extra(ask: VisionAsk, json_reply: bool = False) -> dict:
     config = _config()
     return {**thinking_fields(provider_of(config["BASE_URL"], config["MODEL"]), ask.thinking_enabled),
@@ -223,7 +223,7 @@ def vision_answer(ask: VisionAsk) -> VisionAnswer:
     with question_call(ask.question()) as call:
         started = time.perf_counter()
         with _upstream():
-            completion = _model().complete(answer_messages(ask.query, ask.images), extra=_extra(ask))
+            completion = vision_model().complete(answer_messages(ask.query, ask.images), extra=_extra(ask))
         text, thoughts = split_thinking(completion.text)
         if not text:
             raise response_invalid("the model answered no text")
@@ -240,7 +240,7 @@ def vision_answer_stream(ask: VisionAsk, cancelled: Callable[[], bool] = lambda:
         shown = False
         done = None
         with _upstream():
-            for item in _model().stream(answer_messages(ask.query, ask.images), extra=_extra(ask), cancelled=cancelled):
+            for item in vision_model().stream(answer_messages(ask.query, ask.images), extra=_extra(ask), cancelled=cancelled):
                 if isinstance(item, Delta):
                     shown = True
                     yield TokenEvent(item.text)
@@ -267,7 +267,7 @@ def vision_observe(ask: VisionAsk) -> VisionObservation:
     with question_call(ask.question()) as call:
         started = time.perf_counter()
         with _upstream():
-            completion = _model().complete(observe_messages(ask.query, ask.images, labels), extra=_extra(ask, True))
+            completion = vision_model().complete(observe_messages(ask.query, ask.images, labels), extra=_extra(ask, True))
         try:
             observation = parse_observation(completion.text, labels)
         except ValueError as exc:
@@ -334,7 +334,7 @@ def _step(model: VisionModel, messages: list[dict], extra: dict, *, stream: bool
 def _agentic(ask: VisionAsk, *, stream: bool, cancelled: Callable[[], bool]) -> Iterator[VisionEvent]:
     config = _config()
     max_rounds, topk = int(config["AGENTIC_MAX_SEARCH_ROUNDS"]), int(config["AGENTIC_RETRIEVAL_TOPK"])
-    model, extra = _model(), _extra(ask, True)
+    model, extra = vision_model(), _extra(ask, True)
     with question_call(ask.question()) as call:
         started = time.perf_counter()
         messages = agentic_messages(ask.query, ask.images)
