@@ -103,6 +103,15 @@ class EvalRun(models.Model):
     def __str__(self) -> str:
         return f"run #{self.pk} {self.golden_set} {self.status} {self.verdict}"
 
+    @property
+    def stalled(self) -> bool:
+        """Running, but its worker has not beaten for RAG_EVAL_STALE_SECONDS: the next reap (Celery beat, or the
+        next run's start) marks it failed. Pages show it; they never write."""
+        from django.utils import timezone
+
+        return (self.status == self.Status.RUNNING and self.heartbeat_at is not None
+                and (timezone.now() - self.heartbeat_at).total_seconds() > settings.RAG_EVAL_STALE_SECONDS)
+
 
 class EvalResult(models.Model):
     """One question of one run. Unique per (run, item): running a question again replaces its row."""

@@ -14,7 +14,7 @@ from evaluation.models import EvalRun, GoldenDraft, GoldenSet
 from evaluation.report import render_compare
 from evaluation.selectors import run_as_report, run_summary
 from evaluation.services.reindex import gated_reindex_start
-from evaluation.services.runs import eval_run_cancel, eval_run_retry, eval_run_start, eval_runs_reap
+from evaluation.services.runs import eval_run_cancel, eval_run_retry, eval_run_start
 from rag.access import in_group, requires
 from rag.errors import ServiceError
 from rag.models import IndexVersion, KnowledgeBase
@@ -36,7 +36,6 @@ qa_required = requires(can_launch, "Only the QA group may launch, cancel or retr
 @require_GET
 @viewer_required
 def run_list(request):
-    eval_runs_reap()
     runs = EvalRun.objects.select_related("golden_set", "started_by")[:100]
     latest = {}
     for golden_set in GoldenSet.objects.order_by("name", "-version"):
@@ -94,7 +93,6 @@ def _center(request, *, error: str = "", notice: str = ""):
 @require_GET
 @viewer_required
 def run_detail(request, run_id: int):
-    eval_runs_reap()
     run = get_object_or_404(EvalRun.objects.select_related("golden_set", "started_by"), pk=run_id)
     failed = run.results.filter(passed=False).select_related("item").order_by("position")[:200]
     return render(request, "evaluation/run.html", {

@@ -9,11 +9,12 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.management import call_command
+from django.utils import timezone
 
 from evaluation.models import EvalRun
 from evaluation.services.golden import golden_import
 from evaluation.services.runs import eval_run_create, eval_run_execute
-from evaluation.tests.test_runs import RETRIEVAL, jsonl
+from evaluation.tests.test_runs import CRASH_CHECKED_AT, RETRIEVAL, jsonl
 from rag.tests.conftest import make_built_kb
 
 pytestmark = pytest.mark.django_db
@@ -194,3 +195,16 @@ def test_a_launch_error_is_shown_once_on_the_center(client, kb):
     assert response.status_code == 302 and response["Location"] == "/ops/eval/"
     assert "Choose a golden set." in client.get("/ops/eval/").content.decode()
     assert "Choose a golden set." not in client.get("/ops/eval/").content.decode()  # shown once
+
+
+@pytest.mark.time_machine(CRASH_CHECKED_AT, tick=False)
+def test_opening_the_center_or_a_run_writes_nothing_and_shows_a_stalled_run_as_such(client, kb, finished_run, settings):
+    client.force_login(user_in("ops", "oncall"))
+    stale = CRASH_CHECKED_AT - timezone.timedelta(seconds=settings.RAG_EVAL_STALE_SECONDS + 5)
+    EvalRun.objects.filter(pk=finished_run.pk).update(status="running", heartbeat_at=stale)
+
+    center = client.get("/ops/eval/").content.decode()
+    detail = client.get(f"/ops/eval/runs/{finished_run.pk}").content.decode()
+
+    assert EvalRun.objects.get(pk=finished_run.pk).status == "running"  # the reap is beat's, never a page's
+    assert "stalled" in center and "stalled: its worker stopped reporting progress" in detail
