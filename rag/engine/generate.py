@@ -32,8 +32,13 @@ class Generator(Protocol):
     """Write a cited answer from numbered evidence, whole (`run`) or as it is written (`stream`)."""
 
     uses_model: bool  # True when answers cost model tokens (a token pool is charged only then)
+    breaker: CircuitBreaker | None  # the model's breaker (the ops site shows its state); None without a model
 
     def run(self, question: str, plan: Plan, hits: list[Hit]) -> Answer: ...
+
+    def unavailable(self, question: str, plan: Plan, hits: list[Hit], reason: str) -> Answer:
+        """The answer without the model, degraded with `reason` (an open breaker, a face that may not spend)."""
+        ...
 
     def stream(self, question: str, plan: Plan, hits: list[Hit]) -> Iterator[Token | Answer]:
         """Yield `Token`s as the answer is written, then the checked `Answer` last."""
@@ -235,6 +240,10 @@ class ExtractiveGenerator:
 
     composer: Composer = field(default_factory=Composer)
     uses_model: bool = field(default=False, init=False)
+    breaker: None = field(default=None, init=False)
+
+    def unavailable(self, question: str, plan: Plan, hits: list[Hit], reason: str) -> Answer:
+        return replace(self.run(question, plan, hits), degraded=True, reason=reason)
 
     def stream(self, question: str, plan: Plan, hits: list[Hit]) -> Iterator[Token | Answer]:
         answer = self.run(question, plan, hits)

@@ -24,7 +24,7 @@ def breaker_state() -> dict | None:
     """The generation breaker's shared state (for the ops site); None when no model is configured."""
     if not settings.RAG_ENGINE["GENERATION_BASE_URL"]:
         return None
-    breaker = getattr(get_engine().generator, "breaker", None)
+    breaker = get_engine().generator.breaker
     return breaker.state() if breaker is not None else None
 
 
