@@ -113,7 +113,7 @@ RATE_LIMITED = ("`rate_limited`: this client (its address, and its session when 
                 "RAG_WEB_LIMITS allows a minute; try again after `Retry-After` seconds.")
 
 
-class SearchApi(APIView):
+class QuestionSearchApi(APIView):
     authentication_classes: list = []  # public; an admin's session must not turn on CSRF checks here
     permission_classes: list = []
     parser_classes = [StrictJSONParser]  # JSON only: a form post from another site cannot reach it
@@ -129,7 +129,7 @@ class SearchApi(APIView):
         return Response(web_search(**data.validated_data, client=Client.of_request(request)))
 
 
-class ChatApi(APIView):
+class QuestionAnswerApi(APIView):
     authentication_classes: list = []
     permission_classes: list = []
     parser_classes = [StrictJSONParser]

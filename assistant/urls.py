@@ -4,7 +4,7 @@ from assistant import api, views
 
 urlpatterns = [
     path("", views.chat, name="chat"),
-    path("api/search", api.SearchApi.as_view(), name="api-search"),
-    path("api/chat", api.ChatApi.as_view(), name="api-chat"),
+    path("api/search", api.QuestionSearchApi.as_view(), name="api-search"),
+    path("api/chat", api.QuestionAnswerApi.as_view(), name="api-chat"),
     path("api/feedback", api.FeedbackApi.as_view(), name="api-feedback"),
 ]
