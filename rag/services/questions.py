@@ -183,7 +183,7 @@ ChoiceStreamEvent = RetrievalEvent | GenerationEvent | TokenEvent | ChoiceEvent
 
 def question_search(request: QuestionRequest) -> SearchOutcome:
     """Plan and search one question; record it."""
-    with _Call(request, Kind.SEARCH) as call:
+    with QuestionCall(request, Kind.SEARCH) as call:
         outcome = call.search()
         call.record(result=outcome.result)
         return outcome
@@ -208,7 +208,7 @@ def question_answer(request: QuestionRequest, *, stream: bool = False,
 
 
 def _answer_whole(request: QuestionRequest) -> AnswerOutcome:
-    with _Call(request, Kind.CHAT) as call:
+    with QuestionCall(request, Kind.CHAT) as call:
         search = call.search()
         started = time.perf_counter()
         answer = _answer_without_model(request, search.result)
@@ -229,7 +229,7 @@ def _answer_events(request: QuestionRequest, cancelled: Callable[[], bool]) -> I
     (the reader went away), or the consumer closes this iterator, the model's stream is closed and the
     request is recorded as cancelled. A failure is recorded, then raised from the iterator.
     """
-    with _Call(request, Kind.CHAT) as call:
+    with QuestionCall(request, Kind.CHAT) as call:
         search = call.search()
         yield RetrievalEvent(search)
         started = time.perf_counter()
@@ -274,7 +274,7 @@ def question_refused(request: QuestionRequest, *, kind: str, error: ServiceError
     """Record a request a face refused before asking (a key's rate limit or quota): every request leaves
     one record, refused ones too."""
     with live.in_flight(request.channel):
-        call = _Call(request, kind)
+        call = QuestionCall(request, kind)
         call.fail(error)
 
 
@@ -306,7 +306,7 @@ def question_choose_stream(request: QuestionRequest, *, candidates: list[Candida
 
     A choice that cannot be made is not an exception: the outcome says why (`error`), and the model is not
     asked when nothing is configured or there is no candidate. Capacity and validation failures raise."""
-    with _Call(request, Kind.CHAT) as call:
+    with QuestionCall(request, Kind.CHAT) as call:
         if type(max_items) is not int or not 1 <= max_items <= MAX_CHOICES:
             raise ServiceError("invalid_max_items", f"max_items must be an integer from 1 to {MAX_CHOICES}.")
         search = None
@@ -378,17 +378,17 @@ def _choice_answer(outcome: ChoiceOutcome) -> Answer:
                   model_called=True)
 
 
-def question_call(request: QuestionRequest, kind: str = Kind.CHAT) -> _Call:
+def question_call(request: QuestionRequest, kind: str = Kind.CHAT) -> QuestionCall:
     """One request of a face whose model call is its own (CG_RAG's vision routes): a context manager that
     counts it in flight and records it once; `call.search()` searches as every face does, `call.record(...)`
     records the outcome, and a failure that escapes is recorded with its code."""
-    return _Call(request, kind)
+    return QuestionCall(request, kind)
 
 
 # -- one request on its way through -----------------------------------------------------------------------
 
 
-class _Call:
+class QuestionCall:
     """One request: its id and start, validation, the version it reads, and the one record it leaves.
 
     As a context manager it counts the request in flight and records any failure that escapes it (a
@@ -406,7 +406,7 @@ class _Call:
         self.result: SearchResult | None = None  # kept for the record when answering fails after the search
         self._in_flight = None
 
-    def __enter__(self) -> _Call:
+    def __enter__(self) -> QuestionCall:
         self._in_flight = live.in_flight(self.request.channel)
         self._in_flight.__enter__()
         return self
