@@ -294,6 +294,7 @@ def test_a_plan_serialises_to_plain_lists(planner):
 
 @pytest.mark.parametrize("message", [
     "你好", "你好，你是谁？", "谢谢你，辛苦啦", "好的，谢谢！", "你真笨", "你用的是什么模型？", "嗨，在吗",
+    "你好吗？", "嗨，最近过得怎么样", "您今天忙不忙呀", "吃了没",
     "hello", "Hi there, who are you?", "Thanks a lot!", "thank you for your help", "which model are you running on?",
     "What LLM do you use?", "you are useless", "good morning",
 ])
@@ -306,7 +307,7 @@ def test_greetings_thanks_insults_and_questions_about_the_assistant_are_chitchat
 @pytest.mark.parametrize("message", [
     "你好，请问 Fog 的颜色怎么设置？", "你好请问，模型加载完怎么改透明度", "谢谢！那相机的视野角度默认多少？",
     "hello, how do I rotate a camera?", "Thanks, but how do I set the fog color?", "What model formats can I load?",
-    "hello world example",
+    "hello world example", "你好，最近怎么设置雾的颜色？", "相机最近的裁剪面默认是多少", "材质怎么样才能透明",
 ])
 def test_a_greeting_in_front_of_a_question_leaves_it_a_question(planner, message):
     assert planner.run(message).kind != "chitchat"
