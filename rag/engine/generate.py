@@ -74,6 +74,19 @@ def inheritance_note(plan: Plan | None) -> str:
     return " ".join(f"{asked} inherits `{member}`: it is documented on the page of {owner}." for member, owner in plan.inherited)
 
 
+def unknown_note(plan: Plan | None) -> str:
+    """Say which API names of the question the documentation has no page for, when it also names pages it has
+    (a question naming only unknown ones is out of catalog and never answered)."""
+    if plan is None or not plan.unknown_identifiers or not plan.classes:
+        return ""
+    names = "、".join(f"`{name}`" for name in plan.unknown_identifiers)
+    if re.search(r"[\u3400-\u9fff]", plan.question):
+        return f"文档中没有 {names} 的页面，以下只是文档中相关页面的内容，不能说明 {names} 的用法。"
+    names = ", ".join(f"`{name}`" for name in plan.unknown_identifiers)
+    return (f"The documentation has no page for {names}: what follows is what it says about the related pages, "
+            f"not how {names} works.")
+
+
 def build_messages(question: str, hits: list[Hit], plan: Plan | None = None) -> list[dict]:
     """Number the evidence, each piece in its own block of untrusted data, and ask for a cited answer."""
     blocks = []
@@ -251,12 +264,15 @@ class ExtractiveGenerator:
         yield answer
 
     def run(self, question: str, plan: Plan, hits: list[Hit], *, note: str = "") -> Answer:
-        prefix = tuple(n for n in (note, inheritance_note(plan)) if n)
+        unknown = unknown_note(plan)
+        prefix = tuple(n for n in (note, unknown, inheritance_note(plan)) if n)
         if not hits:
             return Answer(text="\n\n".join(prefix), citations=(), confidence="none", mode="extractive")
         signals = evidence_signals(plan, hits)
-        return self.composer.run(question, plan, hits, prefix=prefix, covered=covers(signals),
-                                 confidence=confidence_level(signals))
+        confidence = confidence_level(signals)
+        if unknown:  # part of what was asked is not in the docs: the answer can only be partial
+            confidence = min(confidence, "low", key=CONFIDENCE_ORDER.index)
+        return self.composer.run(question, plan, hits, prefix=prefix, covered=covers(signals), confidence=confidence)
 
 
 @dataclass

@@ -217,6 +217,20 @@ def test_an_inherited_member_is_named_with_the_page_that_documents_it():
     assert "Note:" not in build_messages(plan.question, HITS)[1]["content"]
 
 
+def test_an_api_the_docs_lack_named_beside_one_they_have_is_said_so_and_the_answer_is_low_at_most():
+    plan = Plan(question="How do I put OverlayRenderer over PerspectiveCamera's far plane?",
+                corrected_question="How do I put OverlayRenderer over PerspectiveCamera's far plane?", kind="doc",
+                classes=("PerspectiveCamera",), unknown_identifiers=("OverlayRenderer",))
+    chinese = replace(plan, question="OverlayRenderer 怎么叠在 PerspectiveCamera 的远端面上？")
+
+    answer = ExtractiveGenerator().run(plan.question, plan, HITS)
+    known = ExtractiveGenerator().run(plan.question, replace(plan, unknown_identifiers=()), HITS)
+
+    assert answer.text.startswith("The documentation has no page for `OverlayRenderer`")
+    assert answer.confidence in ("low", "none") and known.confidence not in ("low", "none")
+    assert ExtractiveGenerator().run(chinese.question, chinese, HITS).text.startswith("文档中没有 `OverlayRenderer` 的页面")
+
+
 # -- extractive answers that read as answers ---------------------------------------------------------------
 
 DATA_DIR_SECTION = """### RAG_DATA_DIR
