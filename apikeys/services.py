@@ -1,5 +1,11 @@
-"""Issue, check, revoke and rotate API keys. A key is `<prefix>_<secret>`: the prefix finds the row, the
-SHA-256 of the whole key is compared in constant time, and the key itself is never stored or logged."""
+"""Issue, check, revoke and rotate API keys, and count the calls made with them. A key is `<prefix>_<secret>`: the
+prefix finds the row, the SHA-256 of the whole key is compared in constant time, and the key itself is never stored
+or logged.
+
+Every face that takes keys counts a call the same way (`api_key_call`): admit it against the key's rate and quota
+(a refusal is recorded and raised), run it, then settle it: its model tokens on success, one failure on an error,
+nothing at all when the service was only not ready (503 `index_building`: `KeyCall.give_back`). MCP admits in its
+HTTP gate, before the SDK runs the tool, and settles in the tool (`KeyCall.settling`)."""
 
 from __future__ import annotations
 
@@ -10,7 +16,9 @@ import math
 import re
 import secrets
 import string
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.db import transaction
@@ -18,8 +26,9 @@ from django.db.models import F, Sum
 from django.utils import timezone
 
 from apikeys.models import ApiKey, ApiKeyUsage
+from rag.engine.types import Usage
 from rag.errors import ServiceError
-from rag.limits import WindowHit, window_give_back, window_hit
+from rag.limits import WindowHit, not_counted, window_give_back, window_hit
 
 PREFIX_ALPHABET = string.ascii_lowercase + string.digits
 FAILED_ATTEMPTS_LIMIT = 10  # per client address and key prefix within the window, then refused without looking
@@ -163,9 +172,10 @@ def _minute_hit(key: ApiKey) -> WindowHit:
 
 @dataclass
 class KeyCall:
-    """One call admitted on a key (`api_key_admit_call`): the RateLimit-* headers to answer it with, and
-    `give_back` for a call that ended in a refusal that is the service's state, not the caller's doing (503
-    `index_building`, rag.limits.not_counted): it then counts in neither the key's minute nor its day."""
+    """One call admitted on a key (`api_key_admit_call`): the RateLimit-* headers to answer it with, and how it is
+    settled (`settling`). `give_back` is for a call that ended in a refusal that is the service's state, not the
+    caller's doing (503 `index_building`, rag.limits.not_counted): it then counts in neither the key's minute nor its
+    day."""
 
     key_id: int
     tool: str
@@ -173,15 +183,57 @@ class KeyCall:
     headers: dict[str, str]
     hit: WindowHit | None = None
     given_back: bool = False
+    usage: Usage = field(default_factory=Usage)  # the model tokens the call spent: set it before `settling` ends
+    settled: bool = False
 
     def give_back(self) -> None:
         if self.given_back:
             return
         self.given_back = True
+        self.settled = True
         if self.hit is not None:
             window_give_back(self.hit)
         ApiKeyUsage.objects.filter(key_id=self.key_id, day=self.day, tool=self.tool, calls__gt=0).update(
             calls=F("calls") - 1)
+
+    @contextmanager
+    def settling(self) -> Iterator[KeyCall]:
+        """Run the call: on success its `usage` is added to the key's day; an error counts as one failure, except
+        one that is the service's state (given back instead). Settled once, however often it is entered."""
+        try:
+            yield self
+        except Exception as exc:
+            if not self.settled:
+                if not_counted(exc):
+                    self.give_back()
+                else:
+                    self.settled = True
+                    api_key_usage_settle(key_id=self.key_id, tool=self.tool, failed=True)
+            raise
+        if not self.settled:
+            self.settled = True
+            api_key_usage_settle(key_id=self.key_id, tool=self.tool, prompt_tokens=self.usage.prompt_tokens,
+                                 completion_tokens=self.usage.completion_tokens)
+
+
+@contextmanager
+def api_key_call(*, key: ApiKey, tool: str, refused) -> Iterator[KeyCall]:
+    """One call of `tool` on `key`, admitted and then settled (`KeyCall.settling`). `refused(error)` records a
+    refusal: the key's spent limits, and the face's own checks before the question service (a ServiceError that
+    has no request id yet; the question service records what reaches it). Yields the KeyCall: answer with its
+    `headers`, set its `usage`."""
+    try:
+        call = api_key_admit_call(key=key, tool=tool)
+    except ServiceError as exc:
+        refused(exc)
+        raise
+    try:
+        with call.settling():
+            yield call
+    except ServiceError as exc:
+        if not exc.request_id:
+            refused(exc)
+        raise
 
 
 def api_key_admit_call(*, key: ApiKey, tool: str) -> KeyCall:

@@ -173,9 +173,9 @@ class RetrievalApi(APIView):
             outcome = question_retrieve(RetrievalRequest(
                 question=body.get("question"), channel=Channel.RETRIEVAL_API, kb_ids=kb_ids, app=app,
                 settings=(rag_setting, overrides), filter=document_filter, caller=caller))
-            call["outcome"] = outcome
+            call.usage = outcome.usage
         return Response({"code": 0, "msg": "success", "message": "success", "data": seed_data(outcome),
-                         "request_id": outcome.request_id}, headers={**call["headers"], **freshness_of(outcome)})
+                         "request_id": outcome.request_id}, headers={**call.headers, **freshness_of(outcome)})
 
 
 # -- RAGFlow: POST /ragflow/api/v1/retrieval ------------------------------------------------------------
@@ -257,12 +257,12 @@ def ragflow_retrieval(request: HttpRequest) -> JsonResponse:
                 question=question, channel=Channel.RAGFLOW, kb_ids=body.get("dataset_ids"), app=key.app,
                 defaults=RAGFLOW_DEFAULTS, settings=(setting,), filter=document_filter, offset=(page - 1) * page_size,
                 caller=caller, summary=False))
-            call["outcome"] = outcome
+            call.usage = outcome.usage
     except Exception as exc:  # noqa: BLE001 - every failure becomes RAGFlow's {code, message}
         return _ragflow_failure(exc)
     highlight = body.get("highlight") is True
     return _with_headers(JsonResponse({"code": 0, "data": ragflow_data(outcome, with_highlight=highlight)}),
-                         {**call["headers"], **freshness_of(outcome)})
+                         {**call.headers, **freshness_of(outcome)})
 
 
 # -- RAGFlow: the dataset listings a client calls before it retrieves, and RAGFlow's envelope everywhere -------
@@ -424,9 +424,9 @@ def dify_retrieval(request: HttpRequest) -> JsonResponse:
             outcome = question_retrieve(RetrievalRequest(
                 question=body.get("query"), channel=Channel.DIFY, kb_ids=[knowledge_id], app=key.app,
                 settings=(setting,), filter=filter_of(conditions=conditions, logic=logic), caller=caller))
-            call["outcome"] = outcome
+            call.usage = outcome.usage
     except Exception as exc:  # noqa: BLE001 - every failure becomes Dify's {error_code, error_msg}
         header = request.headers.get("Authorization", "")
         return _dify_failure(exc, malformed_header=bool(header) and not is_bearer(header))
     return _with_headers(JsonResponse({"records": [dify_record(c) for c in outcome.chunks]}),
-                         {**call["headers"], **freshness_of(outcome)})
+                         {**call.headers, **freshness_of(outcome)})

@@ -21,7 +21,6 @@ from pydantic.fields import FieldInfo
 
 from apikeys.mcp.service import Caller, mcp_ask, mcp_search, tool_names
 from rag.errors import ServiceError
-from rag.limits import not_counted
 from rag.services.questions import MAX_EXCLUDE, MAX_QUESTION_CHARS, MAX_TOP_K
 
 SLUG_PATTERN = re.compile(r"[a-z0-9][a-z0-9_]{0,31}")
@@ -129,17 +128,14 @@ def _caller(ctx: Context, transport: str) -> Caller:
 
 
 async def _run(function, ctx: Context, **kwargs) -> dict:
-    """Run a blocking service call in a worker thread (with Django's connection hygiene); service errors
-    become MCP tool errors, which the client sees as a failed call, never as a broken session. A call answered
-    `index_building` (rag.limits.not_counted) is given back to its key's rate and quota."""
+    """Run a blocking service call in a worker thread (with Django's connection hygiene), with the call the HTTP
+    gate admitted on the caller's key (None on stdio or without a key), which the service settles; service errors
+    become MCP tool errors, which the client sees as a failed call, never as a broken session."""
+    scope = getattr(ctx.request_context.request, "scope", None) or {}
+    key_call = scope.get(SCOPE_KEY_CALLS, {}).get(str(ctx.request_id))
     try:
-        return await database_sync_to_async(function, thread_sensitive=False)(**kwargs)
+        return await database_sync_to_async(function, thread_sensitive=False)(key_call=key_call, **kwargs)
     except ServiceError as exc:
-        if not_counted(exc):
-            scope = getattr(ctx.request_context.request, "scope", None) or {}
-            key_call = scope.get(SCOPE_KEY_CALLS, {}).get(ctx.request_id)
-            if key_call is not None:
-                await database_sync_to_async(key_call.give_back, thread_sensitive=False)()
         raise ToolError(f"{exc.code}: {exc.message}") from exc
 
 

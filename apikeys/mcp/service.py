@@ -1,15 +1,15 @@
 """What the MCP tools do, whatever the transport: ask through the one question path (channel `mcp`), shape
-the result for the tools, and add the call's tokens to its key's usage. Plain synchronous functions."""
+the result for the tools, and settle the call the HTTP gate admitted on the caller's key (apikeys.services:
+`KeyCall.settling`, the same as every face that takes keys). Plain synchronous functions."""
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import nullcontext
 
 from django.conf import settings
 
-from apikeys.services import api_key_usage_settle
+from apikeys.services import KeyCall
 from rag.errors import ServiceError
-from rag.limits import not_counted
 from rag.models import Channel, RequestRecord
 from rag.services.questions import Caller, QuestionRequest, question_answer, question_refused, question_search
 from rag.shapes import cited_chunks, hit_as_dict
@@ -29,15 +29,8 @@ def _request(caller: Caller, tool: str, arguments: dict, **fields) -> QuestionRe
         session_id=caller.session_id, transport=caller.transport), **fields)
 
 
-@contextmanager
-def _settled_on_failure(caller: Caller, tool: str):
-    """A failed call still counts on its key (the service has recorded it), unless it found the index building."""
-    try:
-        yield
-    except Exception as exc:
-        if caller.key_id is not None and not not_counted(exc):
-            api_key_usage_settle(key_id=caller.key_id, tool=tool, failed=True)
-        raise
+def _settling(key_call: KeyCall | None):
+    return key_call.settling() if key_call is not None else nullcontext()
 
 
 def _holds_nul(value) -> bool:
@@ -56,16 +49,14 @@ def _refuse_nul(request: QuestionRequest, kind: str) -> None:
             raise error
 
 
-def mcp_search(*, caller: Caller, question, top_k=None, kb=None) -> dict:
+def mcp_search(*, caller: Caller, question, top_k=None, kb=None, key_call: KeyCall | None = None) -> dict:
     """Search the documentation for one tool call; return the result as a plain dict (see `SearchOutput`)."""
     tool = tool_names()[0]
     arguments = {"question": question, "top_k": top_k, "kb": kb or settings.RAG_DEFAULT_KB}
-    with _settled_on_failure(caller, tool):
+    with _settling(key_call):
         request = _request(caller, tool, arguments, question=question, top_k=top_k, kb=kb)
         _refuse_nul(request, RequestRecord.Kind.SEARCH)
         outcome = question_search(request)
-    if caller.key_id is not None:
-        api_key_usage_settle(key_id=caller.key_id, tool=tool)
     return {
         "request_id": outcome.request_id,
         "question": question,
@@ -75,19 +66,18 @@ def mcp_search(*, caller: Caller, question, top_k=None, kb=None) -> dict:
     }
 
 
-def mcp_ask(*, caller: Caller, question, exclude=None, kb=None) -> dict:
+def mcp_ask(*, caller: Caller, question, exclude=None, kb=None, key_call: KeyCall | None = None) -> dict:
     """Answer a question from the documentation for one tool call (see `AskOutput`)."""
     tool = tool_names()[1]
     exclude = [] if exclude is None else exclude
     arguments = {"question": question, "exclude": exclude, "kb": kb or settings.RAG_DEFAULT_KB}
-    with _settled_on_failure(caller, tool):
+    with _settling(key_call) as call:
         request = _request(caller, tool, arguments, question=question, exclude=exclude, kb=kb)
         _refuse_nul(request, RequestRecord.Kind.CHAT)
         outcome = question_answer(request)
+        if call is not None:
+            call.usage = outcome.answer.usage
     answer = outcome.answer
-    if caller.key_id is not None:
-        api_key_usage_settle(key_id=caller.key_id, tool=tool, prompt_tokens=answer.usage.prompt_tokens,
-                             completion_tokens=answer.usage.completion_tokens)
     return {
         "request_id": outcome.request_id,
         "question": question,

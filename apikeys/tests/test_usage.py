@@ -7,8 +7,9 @@ import datetime
 import pytest
 
 from apikeys.models import ApiKeyUsage
-from apikeys.services import api_key_admit_call, api_key_issue, api_key_revoke, api_key_usage_settle
+from apikeys.services import api_key_admit_call, api_key_call, api_key_issue, api_key_revoke, api_key_usage_settle
 from conftest import local_moment
+from rag.engine.types import Usage
 from rag.errors import ServiceError
 
 # Usage is counted per local day and rate-limited per moving minute: every test runs at one fixed moment,
@@ -222,3 +223,67 @@ def test_a_call_given_back_counts_in_neither_the_keys_minute_nor_its_day(owner):
 
     assert again["RateLimit-Remaining"] == "0"  # the minute's one call: the given-back one left no trace
     assert ApiKeyUsage.objects.get(key=key, tool="search_sdk_docs").calls == 1
+
+
+# -- the one key call every face makes (api_key_call) ---------------------------------------------------------
+
+
+def usage_row(key, tool: str) -> tuple[int, int, int, int]:
+    row = ApiKeyUsage.objects.get(key=key, day=TODAY, tool=tool)
+    return row.calls, row.failures, row.prompt_tokens, row.completion_tokens
+
+
+def test_a_key_call_counts_one_call_and_settles_its_tokens_once(owner):
+    key, _ = api_key_issue(owner=owner, name="ide", daily_quota=5)
+    refusals = []
+
+    with api_key_call(key=key, tool="retrieval", refused=refusals.append) as call:
+        call.usage = Usage(prompt_tokens=120, completion_tokens=30)
+        with call.settling():  # entered again (an inner face): still settled once
+            pass
+
+    assert usage_row(key, "retrieval") == (1, 0, 120, 30)
+    assert call.headers["RateLimit-Remaining"] == "4" and refusals == []
+
+
+def test_a_key_call_refused_by_the_key_is_recorded_and_counts_nothing(owner):
+    key, _ = api_key_issue(owner=owner, name="ide", rate_limit_per_minute=1)
+    api_key_admit_call(key=key, tool="retrieval")
+    refusals = []
+
+    with pytest.raises(ServiceError, match="calls per minute"):
+        with api_key_call(key=key, tool="retrieval", refused=refusals.append):
+            pytest.fail("a refused call does not run")
+
+    assert [e.code for e in refusals] == ["rate_limited"] and usage_row(key, "retrieval")[0] == 1
+
+
+def test_a_key_call_that_fails_counts_one_failure_and_a_face_refusal_is_recorded(owner):
+    key, _ = api_key_issue(owner=owner, name="ide")
+    refusals = []
+
+    with pytest.raises(ServiceError):
+        with api_key_call(key=key, tool="retrieval", refused=refusals.append):
+            raise ServiceError("invalid_request", "bad body")
+    recorded = ServiceError("kb_not_found", "no such base", status=404)
+    recorded.request_id = "req-1"  # the question service recorded it
+    with pytest.raises(ServiceError):
+        with api_key_call(key=key, tool="retrieval", refused=refusals.append):
+            raise recorded
+    with pytest.raises(RuntimeError):
+        with api_key_call(key=key, tool="retrieval", refused=refusals.append):
+            raise RuntimeError("boom")
+
+    assert [e.code for e in refusals] == ["invalid_request"]
+    assert usage_row(key, "retrieval") == (3, 3, 0, 0)
+
+
+def test_a_key_call_that_finds_the_index_building_is_given_back_whole(owner):
+    key, _ = api_key_issue(owner=owner, name="ide", daily_quota=1, rate_limit_per_minute=1)
+
+    for _ in range(3):  # a limit of one call, three times: nothing was spent
+        with pytest.raises(ServiceError):
+            with api_key_call(key=key, tool="retrieval", refused=lambda error: None):
+                raise ServiceError("index_building", "the first version is being built", status=503)
+
+    assert usage_row(key, "retrieval") == (0, 0, 0, 0)
