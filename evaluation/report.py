@@ -15,8 +15,8 @@ from datetime import datetime
 from django.template.loader import render_to_string
 from django.utils.html import format_html, format_html_join
 
-# Metrics where a fall is an improvement. Metrics gated with "<=" are added per comparison.
-LOWER_IS_BETTER = frozenset({"false_empty", "hallucination_count", "expected_class_discarded"})
+from rag.metrics import lower_is_better as is_lower_better
+
 RETRIEVED_SHOWN = 10
 VERDICT_LABELS = {"pass": "PASS", "fail": "FAIL", "not_scored": "NOT SCORED"}
 OPERATORS = {">=": "≥", "<=": "≤"}
@@ -101,7 +101,9 @@ def report_context(run: dict) -> dict:
 def compare_context(a: dict, b: dict) -> dict:
     """Shape two runs and their differences for the comparison template."""
     comparison = compare_runs(a, b)
-    lower_is_better = LOWER_IS_BETTER | _gated_below(a) | _gated_below(b)
+    # Where a fall is an improvement: the registry's direction (rag.metrics), and any metric gated with "<=".
+    lower_is_better = {row["metric"] for row in comparison["metric_deltas"] if is_lower_better(row["metric"])} \
+        | _gated_below(a) | _gated_below(b)
     results_a, results_b = _results_by_id(a), _results_by_id(b)
     return {
         "a": _header(a),

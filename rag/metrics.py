@@ -1,5 +1,7 @@
-"""Retrieval scoring by rules (seed 001, "检索发版指标"): class hit, member hit, false empty, layers, and the
-release gate type every gate table uses (retrieval here, generation and the baseline in the evaluation app).
+"""Retrieval scoring by rules (seed 001, "检索发版指标"): class hit, member hit, false empty, layers; the
+release gate type every gate table uses (retrieval here, generation and the baseline in the evaluation app); and
+the registry of every metric a run, a report or a bench prints (`METRICS`: its kind, which direction is better,
+its label and what it is computed over). A new metric is one `Metric` entry.
 
 Plain Python, no Django: `make bench` and the evaluation app score with the same functions.
 """
@@ -14,6 +16,80 @@ from pathlib import PurePosixPath
 OPERATORS = (">=", "<=")
 ANSWERABLE_LAYERS = ("plain", "colloquial", "member", "typo", "multi")  # SCHEMA.md's layers, negatives aside
 HALVES = ("A", "B")
+
+
+@dataclass(frozen=True, slots=True)
+class Metric:
+    """One metric: a share (`rate`, 0..1), a mean (`mean`) or a count (`count`), and which way is better."""
+
+    name: str
+    kind: str  # "rate", "mean" or "count"
+    better: str  # "higher" or "lower"
+    label: str  # as tables and reports print it
+    of: str  # what it is computed over
+
+    @property
+    def lower_is_better(self) -> bool:
+        return self.better == "lower"
+
+
+_RETRIEVAL_METRICS = (
+    Metric("class_hit", "rate", "higher", "class hit", "answerable questions: every expected class in the window"),
+    Metric("member_hit", "rate", "higher", "member hit (first 3)", "questions with expected members"),
+    Metric("false_empty", "rate", "lower", "false empty", "answerable questions answered with nothing"),
+    Metric("colloquial_class_hit", "rate", "higher", "colloquial class hit", "the colloquial layer"),
+    Metric("member_layer_member_hit", "rate", "higher", "member-layer member hit", "the member layer"),
+    Metric("typo_class_hit", "rate", "higher", "typo class hit", "the typo layer"),
+    Metric("multi_class_hit", "rate", "higher", "multi-class class hit", "the multi layer"),
+    Metric("hit_at_1", "rate", "higher", "hit@1", "answerable questions: an expected page first"),
+    Metric("hit_at_3", "rate", "higher", "hit@3", "answerable questions: an expected page in the first 3"),
+    Metric("member_first_hit", "rate", "higher", "member first", "questions with expected members"),
+    Metric("member_mrr", "mean", "higher", "member MRR", "questions with expected members, over the window"),
+    Metric("strict_class_hit", "rate", "higher", "strict class hit", "answerable questions, class names only"),
+    Metric("negative_empty", "rate", "higher", "negatives empty", "chitchat and out-of-catalog questions"),
+    Metric("chitchat_empty", "rate", "higher", "chitchat empty", "chitchat questions"),
+    Metric("out_of_catalog_empty", "rate", "higher", "out-of-catalog empty", "out-of-catalog questions"),
+    Metric("no_answer_empty", "rate", "higher", "no-answer empty", "questions the docs do not answer"),
+)
+_GENERATION_METRICS = (
+    Metric("answer_parses", "rate", "higher", "answer parses", "every question"),
+    Metric("confidence_expected", "rate", "higher", "confidence as expected", "every question"),
+    Metric("citations_valid", "rate", "higher", "citations valid", "answerable questions"),
+    Metric("class_mentioned", "rate", "higher", "class named", "answerable questions"),
+    Metric("member_mentioned", "rate", "higher", "member named", "answerable questions"),
+    Metric("path_clean", "rate", "higher", "no file paths", "every question"),
+    Metric("negative_refused", "rate", "higher", "negatives refused", "questions the docs cannot answer"),
+    Metric("expected_class_discarded", "rate", "lower", "expected class only discarded", "answerable questions"),
+    Metric("must_mention", "rate", "higher", "every must-mention fact", "answerable questions with must_mention"),
+    Metric("no_forbidden_claim", "rate", "higher", "no forbidden claim", "questions with forbidden claims"),
+    Metric("code_block", "rate", "higher", "code block when needed", "questions that need code"),
+    Metric("judge_pass", "rate", "higher", "judge pass", "judged questions"),
+    Metric("hallucination_count", "count", "lower", "hallucinations", "judged questions"),
+    Metric("correct_rate", "rate", "higher", "judged correct", "judged questions"),
+    Metric("unexpected_degraded_count", "count", "lower", "unexpected degraded answers", "every question"),
+    Metric("low_confidence_model_call_count", "count", "lower", "model calls on low confidence", "every question"),
+    Metric("newly_failing_count", "count", "lower", "newly failing", "questions that passed in the baseline run"),
+)
+METRICS: dict[str, Metric] = {m.name: m for m in (*_RETRIEVAL_METRICS, *_GENERATION_METRICS)}
+LAYER_PREFIX = "layer:"  # "layer:<layer>": class hit of one layer's answerable questions
+
+
+def metric(name: str) -> Metric | None:
+    """The registered metric of a name, a layer's class hit for "layer:<layer>", None for an unknown name."""
+    if name.startswith(LAYER_PREFIX):
+        layer = name[len(LAYER_PREFIX):]
+        return Metric(name, "rate", "higher", f"class hit · {layer}", f"the {layer} layer's answerable questions")
+    return METRICS.get(name)
+
+
+def metric_label(name: str) -> str:
+    found = metric(name)
+    return found.label if found is not None else name
+
+
+def lower_is_better(name: str) -> bool:
+    found = metric(name)
+    return found is not None and found.lower_is_better
 
 
 @dataclass(frozen=True, slots=True)

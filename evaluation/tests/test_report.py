@@ -345,3 +345,12 @@ def test_compare_runs_with_nothing_in_common_is_empty():
     assert comparison["metric_deltas"] == []
     assert comparison["flipped_to_fail"] == comparison["flipped_to_pass"] == []
     assert comparison["only_in_a"] == comparison["only_in_b"] == []
+
+
+def test_a_count_the_registry_calls_lower_is_better_is_coloured_so_without_a_gate():
+    a = make_retrieval_run(id=30, metrics={"unexpected_degraded_count": 3, "low_confidence_model_call_count": 1})
+    b = make_retrieval_run(id=31, metrics={"unexpected_degraded_count": 1, "low_confidence_model_call_count": 4})
+
+    html = render_compare(a, b)
+
+    assert '<td class="number better">-2</td>' in html and '<td class="number worse">+3</td>' in html

@@ -858,3 +858,22 @@ def test_an_answer_nothing_flagged_has_no_attribution():
     result = generation_attribution(gen_item(), outcome(), judge={"passed": True, "hallucination": False})
 
     assert (result.code, result.detail) == ("", "")
+
+
+# -- every metric has a home (rag.metrics.METRICS) --------------------------------------------------------------
+
+
+def test_every_metric_a_run_stores_is_registered_with_its_direction():
+    from rag.metrics import METRICS, lower_is_better, metric
+
+    retrieval = summarize([score_question({"id": "q", "layer": "plain", "answerable": True,
+                                           "expected_classes": ["Fog"]}, [])]).metrics
+    generation, _ = rules.generation_metrics([gen_score()], judge_summary(), {
+        "unexpected_degraded_count": 0, "low_confidence_model_call_count": 0})
+    gated = [gate["metric"] for gate in generation_gates(generation, judge_configured=True)]
+
+    assert set(retrieval) | set(generation) | set(gated) | {baseline_gate(0, 0)["metric"]} <= set(METRICS)
+    assert metric("layer:typo").label == "class hit · typo" and metric("no_such_metric") is None
+    assert {name for name in METRICS if lower_is_better(name)} == {
+        "false_empty", "expected_class_discarded", "hallucination_count", "unexpected_degraded_count",
+        "low_confidence_model_call_count", "newly_failing_count"}
