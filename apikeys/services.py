@@ -18,7 +18,7 @@ import secrets
 import string
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from django.conf import settings
 from django.db import transaction
@@ -26,7 +26,6 @@ from django.db.models import F, Sum
 from django.utils import timezone
 
 from apikeys.models import ApiKey, ApiKeyUsage
-from rag.engine.types import Usage
 from rag.errors import ServiceError
 from rag.limits import WindowHit, not_counted, window_give_back, window_hit
 
@@ -183,8 +182,13 @@ class KeyCall:
     headers: dict[str, str]
     hit: WindowHit | None = None
     given_back: bool = False
-    usage: Usage = field(default_factory=Usage)  # the model tokens the call spent: set it before `settling` ends
+    prompt_tokens: int = 0  # the model tokens the call spent (`spent`), added to the key's day when it settles
+    completion_tokens: int = 0
     settled: bool = False
+
+    def spent(self, usage) -> None:
+        """Note what the call's model calls cost (a `Usage`: prompt_tokens, completion_tokens)."""
+        self.prompt_tokens, self.completion_tokens = usage.prompt_tokens, usage.completion_tokens
 
     def give_back(self) -> None:
         if self.given_back:
@@ -198,7 +202,7 @@ class KeyCall:
 
     @contextmanager
     def settling(self) -> Iterator[KeyCall]:
-        """Run the call: on success its `usage` is added to the key's day; an error counts as one failure, except
+        """Run the call: on success what it `spent` is added to the key's day; an error counts as one failure, except
         one that is the service's state (given back instead). Settled once, however often it is entered."""
         try:
             yield self
@@ -212,8 +216,8 @@ class KeyCall:
             raise
         if not self.settled:
             self.settled = True
-            api_key_usage_settle(key_id=self.key_id, tool=self.tool, prompt_tokens=self.usage.prompt_tokens,
-                                 completion_tokens=self.usage.completion_tokens)
+            api_key_usage_settle(key_id=self.key_id, tool=self.tool, prompt_tokens=self.prompt_tokens,
+                                 completion_tokens=self.completion_tokens)
 
 
 @contextmanager
@@ -221,7 +225,7 @@ def api_key_call(*, key: ApiKey, tool: str, refused) -> Iterator[KeyCall]:
     """One call of `tool` on `key`, admitted and then settled (`KeyCall.settling`). `refused(error)` records a
     refusal: the key's spent limits, and the face's own checks before the question service (a ServiceError that
     has no request id yet; the question service records what reaches it). Yields the KeyCall: answer with its
-    `headers`, set its `usage`."""
+    `headers`, tell it what the call `spent`."""
     try:
         call = api_key_admit_call(key=key, tool=tool)
     except ServiceError as exc:

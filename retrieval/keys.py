@@ -30,7 +30,7 @@ def caller_of(key: ApiKey, channel: Channel, arguments: dict) -> Caller:
 
 def key_call(key: ApiKey, caller: Caller, question) -> ContextManager[KeyCall]:
     """One call of a retrieval face on its key (apikeys.services.api_key_call): a refusal is recorded as a search
-    of this face's channel; answer with the call's `headers`, set its `usage` to the outcome's."""
+    of this face's channel; answer with the call's `headers`, tell it what the outcome `spent`."""
     def refused(error: ServiceError) -> None:
         question_refused(QuestionRequest(question=question, channel=Channel(caller.tool), kb="", caller=caller),
                          kind=RequestRecord.Kind.SEARCH, error=error)

@@ -173,7 +173,7 @@ class RetrievalApi(APIView):
             outcome = question_retrieve(RetrievalRequest(
                 question=body.get("question"), channel=Channel.RETRIEVAL_API, kb_ids=kb_ids, app=app,
                 settings=(rag_setting, overrides), filter=document_filter, caller=caller))
-            call.usage = outcome.usage
+            call.spent(outcome.usage)
         return Response({"code": 0, "msg": "success", "message": "success", "data": seed_data(outcome),
                          "request_id": outcome.request_id}, headers={**call.headers, **freshness_of(outcome)})
 
@@ -257,7 +257,7 @@ def ragflow_retrieval(request: HttpRequest) -> JsonResponse:
                 question=question, channel=Channel.RAGFLOW, kb_ids=body.get("dataset_ids"), app=key.app,
                 defaults=RAGFLOW_DEFAULTS, settings=(setting,), filter=document_filter, offset=(page - 1) * page_size,
                 caller=caller, summary=False))
-            call.usage = outcome.usage
+            call.spent(outcome.usage)
     except Exception as exc:  # noqa: BLE001 - every failure becomes RAGFlow's {code, message}
         return _ragflow_failure(exc)
     highlight = body.get("highlight") is True
@@ -424,7 +424,7 @@ def dify_retrieval(request: HttpRequest) -> JsonResponse:
             outcome = question_retrieve(RetrievalRequest(
                 question=body.get("query"), channel=Channel.DIFY, kb_ids=[knowledge_id], app=key.app,
                 settings=(setting,), filter=filter_of(conditions=conditions, logic=logic), caller=caller))
-            call.usage = outcome.usage
+            call.spent(outcome.usage)
     except Exception as exc:  # noqa: BLE001 - every failure becomes Dify's {error_code, error_msg}
         header = request.headers.get("Authorization", "")
         return _dify_failure(exc, malformed_header=bool(header) and not is_bearer(header))

@@ -76,7 +76,7 @@ def mcp_ask(*, caller: Caller, question, exclude=None, kb=None, key_call: KeyCal
         _refuse_nul(request, RequestRecord.Kind.CHAT)
         outcome = question_answer(request)
         if call is not None:
-            call.usage = outcome.answer.usage
+            call.spent(outcome.answer.usage)
     answer = outcome.answer
     return {
         "request_id": outcome.request_id,

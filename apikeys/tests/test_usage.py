@@ -238,7 +238,7 @@ def test_a_key_call_counts_one_call_and_settles_its_tokens_once(owner):
     refusals = []
 
     with api_key_call(key=key, tool="retrieval", refused=refusals.append) as call:
-        call.usage = Usage(prompt_tokens=120, completion_tokens=30)
+        call.spent(Usage(prompt_tokens=120, completion_tokens=30))
         with call.settling():  # entered again (an inner face): still settled once
             pass
 
