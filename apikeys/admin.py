@@ -7,7 +7,7 @@ from django.utils import timezone
 from django.utils.cache import add_never_cache_headers
 
 from apikeys.models import ApiKey, ApiKeyUsage
-from rag.admin_readonly import ReadOnlyAdmin
+from infra.admin_readonly import ReadOnlyAdmin
 
 
 class ShownOnce(str):

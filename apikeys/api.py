@@ -11,9 +11,9 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apikeys.services import api_key_authenticate, api_key_usage_summary
-from rag.api import error_response, response_header
-from rag.clients import request_address
-from rag.errors import ServiceError
+from infra.api import error_response, response_header
+from infra.clients import request_address
+from infra.errors import ServiceError
 
 MISSING_KEY = "This server needs an API key: send `Authorization: Bearer <key>` (keys are issued in the admin)."
 MAX_DAYS = 90

@@ -26,8 +26,8 @@ from django.db.models import F, Sum
 from django.utils import timezone
 
 from apikeys.models import ApiKey, ApiKeyUsage
-from rag.errors import ServiceError
-from rag.limits import WindowHit, not_counted, window_give_back, window_hit
+from infra.errors import ServiceError
+from infra.limits import WindowHit, not_counted, window_give_back, window_hit
 
 PREFIX_ALPHABET = string.ascii_lowercase + string.digits
 FAILED_ATTEMPTS_LIMIT = 10  # per client address and key prefix within the window, then refused without looking
@@ -99,7 +99,7 @@ def _failures_keys(address: str, raw: str | None) -> tuple[str, str]:
     """
     prefix = (raw or "").partition("_")[0]
     prefix = prefix if PREFIX_RE.fullmatch(prefix) else "-"
-    # Moving window logs (rag.limits.window_hit), named apart from the plain counters kept here before issue 28.
+    # Moving window logs (infra.limits.window_hit), named apart from the plain counters kept here before issue 28.
     return f"apikeys:attempts:address:{address}", f"apikeys:attempts:key:{prefix}:{address}"
 
 
@@ -118,7 +118,7 @@ def _attempt(by_address: str, by_prefix: str):
 def api_key_authenticate(*, raw: str | None, address: str = "") -> ApiKey:
     """Return the active key for an `Authorization: Bearer` value, or raise `invalid_api_key` (401).
 
-    `address` is the client's (rag.clients). Repeated failures from one address with one key prefix, or
+    `address` is the client's (infra.clients). Repeated failures from one address with one key prefix, or
     FAILED_ATTEMPTS_ADDRESS_LIMIT with any, are refused for a while (`too_many_failed_attempts`, 429) before
     any lookup, so keys cannot be guessed at speed, while another key from the same address still works.
     Each attempt is counted as a failure before its key is looked up and given back when the key is right
@@ -163,7 +163,7 @@ def _limit_headers(limit: int, remaining: int, reset: int) -> dict[str, str]:
 
 
 def _minute_hit(key: ApiKey) -> WindowHit:
-    """Count a call in the key's moving window of a minute (rag.limits.window_hit: one atomic step, so a burst
+    """Count a call in the key's moving window of a minute (infra.limits.window_hit: one atomic step, so a burst
     across a minute's end is the limit and not twice it; a refused call is not counted)."""
     # A moving window log, named apart from the clock-minute counters (`apikeys:rate:<id>:<minute>`) of before.
     return window_hit([f"apikeys:rate:{key.pk}"], limit=key.rate_limit_per_minute, window=RATE_WINDOW)
@@ -173,7 +173,7 @@ def _minute_hit(key: ApiKey) -> WindowHit:
 class KeyCall:
     """One call admitted on a key (`api_key_admit_call`): the RateLimit-* headers to answer it with, and how it is
     settled (`settling`). `give_back` is for a call that ended in a refusal that is the service's state, not the
-    caller's doing (503 `index_building`, rag.limits.not_counted): it then counts in neither the key's minute nor its
+    caller's doing (503 `index_building`, infra.limits.not_counted): it then counts in neither the key's minute nor its
     day."""
 
     key_id: int

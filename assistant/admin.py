@@ -1,7 +1,7 @@
 from django.contrib import admin, messages
 
 from assistant.models import Feedback, TokenPool
-from rag.errors import ServiceError
+from infra.errors import ServiceError
 
 
 @admin.register(TokenPool)

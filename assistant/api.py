@@ -19,15 +19,15 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from assistant.services import feedback_submit, web_chat, web_search
-from rag.api import error_response, response_header
-from rag.errors import ServiceError
-from rag.limits import Client
-from rag.parsers import StrictJSONParser
-from rag.services.questions import MAX_CHUNK_ID_CHARS, MAX_EXCLUDE, MAX_QUESTION_CHARS, MAX_TOP_K
-from rag.services.records import MAX_KB_CHARS, QUESTION_REGEX
+from infra.api import error_response, response_header
+from infra.errors import ServiceError
+from infra.limits import Client
+from infra.parsers import StrictJSONParser
+from rag.services import LIMITS
+from rag.services.records import QUESTION_REGEX
 
-LIMITS = (MaxLengthValidator, MinLengthValidator, MaxValueValidator, MinValueValidator,
-          ProhibitNullCharactersValidator, RegexValidator)
+LIMIT_VALIDATORS = (MaxLengthValidator, MinLengthValidator, MaxValueValidator, MinValueValidator,
+                    ProhibitNullCharactersValidator, RegexValidator)
 # Shows at least one character (not only white space, control or format characters), no NUL: the question
 # service's rule, as a pattern.
 QUESTION_PATTERN = RegexValidator(QUESTION_REGEX)
@@ -41,7 +41,7 @@ class LimitsInSchemaOnly:
 
     def run_validators(self, value):
         documented = self.validators
-        self.validators = [v for v in documented if not isinstance(v, LIMITS)]
+        self.validators = [v for v in documented if not isinstance(v, LIMIT_VALIDATORS)]
         try:
             super().run_validators(value)
         finally:
@@ -81,19 +81,19 @@ class AskInput(serializers.Serializer):
     """The shape of a question (JSON types); its values are checked by the question service."""
 
     question = StrictCharField(
-        min_length=1, max_length=MAX_QUESTION_CHARS, validators=[QUESTION_PATTERN],
+        min_length=1, max_length=LIMITS.question_chars, validators=[QUESTION_PATTERN],
         help_text="The question: it must show at least one character (not only white space, control or format "
                   "characters such as zero-width spaces) and hold no NUL character (else 400 `invalid_question`); over "
-                  f"{MAX_QUESTION_CHARS} characters is 400 `question_too_long`.")
-    kb = StrictCharField(min_length=1, max_length=MAX_KB_CHARS, validators=[KB_PATTERN], required=False,
+                  f"{LIMITS.question_chars} characters is 400 `question_too_long`.")
+    kb = StrictCharField(min_length=1, max_length=LIMITS.kb_chars, validators=[KB_PATTERN], required=False,
                          help_text="Knowledge base slug (default: the site's default knowledge base).")
-    exclude = ListField(child=StrictCharField(min_length=1, max_length=MAX_CHUNK_ID_CHARS, validators=[NO_NUL]),
+    exclude = ListField(child=StrictCharField(min_length=1, max_length=LIMITS.chunk_id_chars, validators=[NO_NUL]),
                         required=False,
-                        max_length=MAX_EXCLUDE, help_text="chunk ids not to use")
+                        max_length=LIMITS.exclude, help_text="chunk ids not to use")
 
 
 class SearchInput(AskInput):
-    top_k = StrictIntegerField(min_value=1, max_value=MAX_TOP_K, required=False,
+    top_k = StrictIntegerField(min_value=1, max_value=LIMITS.top_k, required=False,
                                help_text="How many chunks to return (default 5).")
 
 

@@ -12,8 +12,8 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from assistant.api import AskInput
 from assistant.services import error_frame, web_chat_stream, web_socket_closed, web_socket_opened
-from rag.errors import ServiceError
-from rag.limits import Client
+from infra.errors import ServiceError
+from infra.limits import Client
 from rag.streams import BUSY_RETRY_AFTER, DEADLINE_PASSED, SERVER_STOPPING, answer_streams, relay
 
 # The close code of a socket over a per-client limit (4000-4999 are the application's; 429 as in HTTP). The
@@ -30,7 +30,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     """One socket per page; one answer at a time. Closing the socket stops the model's stream."""
 
     task: asyncio.Task | None = None
-    counted = False  # this socket counts against its client's open sockets (rag.limits)
+    counted = False  # this socket counts against its client's open sockets (infra.limits)
 
     async def connect(self):
         self.cancel = threading.Event()

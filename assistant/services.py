@@ -13,8 +13,8 @@ from django.db.models import F
 from django.utils import timezone
 
 from assistant.models import Feedback, TokenPool
-from rag.errors import ServiceError
-from rag.limits import Client, countable, rate_limit, rate_limited, socket_closed, socket_open, token_share_reserve
+from infra.errors import ServiceError
+from infra.limits import Client, countable, rate_limit, rate_limited, socket_closed, socket_open, token_share_reserve
 from rag.models import Channel, RequestRecord
 from rag.services.questions import (
     AnswerOutcome,
@@ -155,7 +155,7 @@ def _chat_frames(events):
 
 def _limited(scope: str, client: Client | None):
     """Count the block against `client`'s limit in `scope` (none without a client); a reply that is not the
-    client's doing (503 `index_building`) gives the count back (rag.limits.rate_limited)."""
+    client's doing (503 `index_building`) gives the count back (infra.limits.rate_limited)."""
     return rate_limited(scope, client) if client is not None else contextlib.nullcontext()
 
 

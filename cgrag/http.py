@@ -35,10 +35,10 @@ from django.views.decorators.csrf import csrf_exempt
 
 from cgrag.inputs import InvalidRequest
 from cgrag.limits import KEY_TOOL, Spender
-from rag.capacity import CapacityExceeded
-from rag.clients import request_address
-from rag.errors import ServiceError
-from rag.limits import Client
+from infra.capacity import CapacityExceeded
+from infra.clients import request_address
+from infra.errors import ServiceError
+from infra.limits import Client
 from rag.services.records import new_request_id
 from rag.streams import (BUSY_RETRY_AFTER, DEADLINE_PASSED, SERVER_STOPPING, AnswerStreams, Slot, answer_streams,
                          relay)
@@ -186,7 +186,7 @@ def sse_frame(event: str, data: dict) -> bytes:
 
 
 
-WAIT_PAUSES = (0.005, 0.05)  # first and longest pause between tries for an answer thread, as rag.capacity polls
+WAIT_PAUSES = (0.005, 0.05)  # first and longest pause between tries for an answer thread, as infra.capacity polls
 
 
 async def _answer_slot(streams: AnswerStreams, wait_timeout: float) -> Slot | None:

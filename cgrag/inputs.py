@@ -13,17 +13,17 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, StringConstraints, ValidationError
 
-from rag.services.questions import MAX_CANDIDATES, MAX_CHOICES
-from rag.services.records import MAX_QUESTION_CHARS
+from rag.services import LIMITS
 
 MAX_SCOPE_CHARS = 64
-MAX_DOCS = MAX_CANDIDATES  # candidates a caller may pass to constrained generation
+MAX_DOCS = LIMITS.candidates  # candidates a caller may pass to constrained generation
 MAX_DOC_CHARS = 20_000
 
-Query = Annotated[StrictStr, StringConstraints(strip_whitespace=True, min_length=1, max_length=MAX_QUESTION_CHARS)]
+Query = Annotated[StrictStr, StringConstraints(strip_whitespace=True, min_length=1,
+                                                max_length=LIMITS.question_chars)]
 Scope = Annotated[StrictStr, StringConstraints(strip_whitespace=True, min_length=1, max_length=MAX_SCOPE_CHARS)]
-TopK = Annotated[StrictInt, Field(ge=1, le=MAX_CANDIDATES)]
-MaxItems = Annotated[StrictInt, Field(ge=1, le=MAX_CHOICES)]
+TopK = Annotated[StrictInt, Field(ge=1, le=LIMITS.candidates)]
+MaxItems = Annotated[StrictInt, Field(ge=1, le=LIMITS.choices)]
 DocText = Annotated[StrictStr, StringConstraints(max_length=MAX_DOC_CHARS)]
 
 

@@ -1,7 +1,7 @@
 """Who may spend the CG_RAG face's work (issue 28): per-client limits, a key when one is required, and the token
 budget of its model calls.
 
-Every CG_RAG POST route and /retrieve count against the client's limit of their kind (rag/limits.py, a client
+Every CG_RAG POST route and /retrieve count against the client's limit of their kind (infra/limits.py, a client
 is its address and session): `cgrag_search` for retrieve-rerank and /retrieve (each query of a batch counts),
 `cgrag_generate` for the routes that call a model. A request answered 503 `index_building` (the first index is
 still being built), also as a stream's `error` event, counts against none of them: its counts are given back, as
@@ -21,9 +21,9 @@ from django.conf import settings
 from django.http import HttpRequest
 from django.utils import timezone
 
-from rag.capacity import capacity_limiter
+from infra.capacity import capacity_limiter
+from infra.limits import Client, TokenShare, WindowHit, not_counted, rate_hit, token_share_reserve, window_give_back
 from rag.services.questions import Usage  # the engine's type, as the question service hands it over
-from rag.limits import Client, TokenShare, WindowHit, not_counted, rate_hit, token_share_reserve, window_give_back
 
 KEY_TOOL = "cgrag"  # the key's usage rows of this face
 
@@ -87,7 +87,7 @@ class Spender:
 
 
 class SpendingGate:
-    """The capacity gate the question service holds around its engine and model calls (rag.capacity), which
+    """The capacity gate the question service holds around its engine and model calls (infra.capacity), which
     also reserves the caller's tokens right before the model is called: a request that never reaches the model
     (a search, no model configured, no candidate) spends nothing."""
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from django.conf import settings
 
 from cgrag.inputs import invalid
-from rag.errors import ServiceError
+from infra.errors import ServiceError
 from rag.models import KnowledgeBase
 from rag.services.serving import kb_load, kb_resident
 

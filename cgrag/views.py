@@ -22,7 +22,7 @@ from cgrag.inputs import (ConstrainedGenerateInput, InvalidRequest, RagInput, Re
 from cgrag.limits import Spender
 from cgrag.shapes import generation_of, retrieval_of
 from cgrag.vision import vision_health
-from rag.capacity import capacity_stats
+from infra.capacity import capacity_stats
 from rag.models import Channel
 from rag.retrieval_cache import retrieval_cache
 from rag.services.profiles import embedding_summary, generation_provider, host_of, profile_of, rerank_summary

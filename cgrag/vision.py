@@ -23,16 +23,16 @@ from cgrag.http import error_body, error_of, route, sse_response
 from cgrag.inputs import Body, Scope, parse
 from cgrag.limits import Spender
 from cgrag.shapes import doc_of
-from rag.errors import ServiceError
-from rag.limits import not_counted
+from infra.errors import ServiceError
+from infra.limits import not_counted
+from rag.services import LIMITS
 from rag.services.profiles import host_of
 from rag.services.questions import TokenEvent
-from rag.services.records import MAX_QUESTION_CHARS
 from rag.services.vision import (AnswerReset, Outcome, Progress, VisionAgentic, VisionAnswer, VisionAsk,
                                  invalid_image, vision_agentic, vision_agentic_stream, vision_answer,
                                  vision_answer_stream, vision_ask, vision_configured, vision_observe)
 
-OptionalQuery = Annotated[StrictStr, StringConstraints(strip_whitespace=True, max_length=MAX_QUESTION_CHARS)]
+OptionalQuery = Annotated[StrictStr, StringConstraints(strip_whitespace=True, max_length=LIMITS.question_chars)]
 
 
 class VisionInput(Body):

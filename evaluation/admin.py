@@ -9,8 +9,8 @@ from django.urls import path, reverse
 
 from evaluation.models import EvalRun, GoldenDraft, GoldenItem, GoldenSet
 from evaluation.services.golden import draft_add, golden_export, golden_import, golden_new_version
-from rag.admin_readonly import ReadOnlyAdmin
-from rag.errors import ServiceError
+from infra.admin_readonly import ReadOnlyAdmin
+from infra.errors import ServiceError
 
 
 class GoldenItemInline(admin.StackedInline):

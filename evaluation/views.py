@@ -15,10 +15,10 @@ from evaluation.report import render_compare
 from evaluation.selectors import run_as_report, run_summary
 from evaluation.services.reindex import gated_reindex_start
 from evaluation.services.runs import eval_run_cancel, eval_run_retry, eval_run_start
-from rag.access import in_group, requires
-from rag.errors import ServiceError
+from infra.access import in_group, requires
+from infra.errors import ServiceError
+from infra.security import self_contained_document
 from rag.models import IndexVersion, KnowledgeBase
-from ragsite.security import self_contained_document
 
 
 def can_launch(user) -> bool:

@@ -1,7 +1,7 @@
 from django.contrib import admin
 
+from infra.admin_readonly import ReadOnlyAdmin
 from opsboard.models import AlertEvent, DailyReport
-from rag.admin_readonly import ReadOnlyAdmin
 
 
 @admin.register(AlertEvent)

@@ -15,8 +15,8 @@ from django.utils import timezone
 from apikeys.models import ApiKey
 from assistant.models import Feedback, TokenPool
 from evaluation.models import EvalRun
+from infra import live
 from opsboard.models import AlertEvent, DailyReport, HourStat
-from rag import live
 from rag.models import Channel, IndexVersion, KnowledgeBase, RequestRecord
 from rag.services.generation import breaker_state, prompt_rebuild
 from rag.services.knowledge import kb_source_hashes

@@ -12,10 +12,10 @@ from django.db.models import Count, Q
 from django.template.loader import render_to_string
 from django.utils import timezone
 
+from infra.errors import ServiceError
 from opsboard import selectors
 from opsboard.formatting import count, ms, pct
 from opsboard.models import AlertEvent, DailyReport, HourStat
-from rag.errors import ServiceError
 from rag.models import Channel, IndexVersion, KnowledgeBase, RequestRecord
 from rag.services.questions import MODES, QuestionRequest, question_answer, question_search
 

@@ -12,13 +12,13 @@ from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 from django.views.decorators.http import require_GET, require_POST
 
+from infra.access import in_group, requires
+from infra.errors import ServiceError
+from infra.security import self_contained_document
 from opsboard import charts, selectors
 from opsboard.models import DailyReport
 from opsboard.services import daily_report_json, replay_request
-from rag.access import in_group, requires
-from rag.errors import ServiceError
 from rag.models import Channel
-from ragsite.security import self_contained_document
 
 
 def can_read(user) -> bool:

@@ -1,7 +1,7 @@
 from django import forms
 from django.contrib import admin, messages
 
-from rag.errors import ServiceError
+from infra.errors import ServiceError
 from rag.models import (ClassAlias, Document, DocumentLabel, IndexVersion, KnowledgeBase, Label, LabelValue,
                         RequestRecord, RetrievalApp)
 
@@ -62,7 +62,7 @@ class KnowledgeBaseAdmin(admin.ModelAdmin):
     def rebuild_index(self, request, queryset):
         from rag.tasks import index_build_task
 
-        from rag.queue import enqueue
+        from infra.queue import enqueue
 
         try:
             for kb in queryset:

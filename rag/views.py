@@ -3,8 +3,8 @@ from django.http import JsonResponse
 from django.shortcuts import render
 from django.views.decorators.csrf import ensure_csrf_cookie
 
-from rag.errors import ServiceError
-from rag.limits import Client, rate_limited
+from infra.errors import ServiceError
+from infra.limits import Client, rate_limited
 from rag.models import Channel, KnowledgeBase
 from rag.services.questions import QuestionRequest, question_search
 from rag.services.serving import readiness

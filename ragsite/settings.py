@@ -60,6 +60,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "drf_spectacular",
     "channels",
+    "infra",
     "rag",
     "assistant",
     "apikeys",
@@ -71,13 +72,13 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
-    "ragsite.security.ContentSecurityPolicyMiddleware",
+    "infra.security.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "ragsite.security.LoginThrottleMiddleware",
+    "infra.security.LoginThrottleMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
@@ -140,14 +141,14 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env_str("REDIS_URL", default="")
 if REDIS_URL:
-    # Redis stopped or stalled answers as misses within 1 s (rag/redis_cache.py), never a 500 or a hang.
-    CACHES = {"default": {"BACKEND": "rag.redis_cache.ResilientRedisCache", "LOCATION": REDIS_URL}}
+    # Redis stopped or stalled answers as misses within 1 s (infra/redis_cache.py), never a 500 or a hang.
+    CACHES = {"default": {"BACKEND": "infra.redis_cache.ResilientRedisCache", "LOCATION": REDIS_URL}}
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [
         {"address": REDIS_URL, "socket_timeout": 1, "socket_connect_timeout": 1}]}}}
 else:
     # A file cache is shared by every process on this machine (Daphne and the Celery worker).
-    # A full disk skips its writes instead of failing the request (rag.redis_cache.ResilientFileCache).
-    CACHES = {"default": {"BACKEND": "rag.redis_cache.ResilientFileCache",
+    # A full disk skips its writes instead of failing the request (infra.redis_cache.ResilientFileCache).
+    CACHES = {"default": {"BACKEND": "infra.redis_cache.ResilientFileCache",
                           "LOCATION": str(DATA_DIR / "cache")}}
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
@@ -157,7 +158,7 @@ CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", default=False)
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # A broker or result backend that does not answer (Redis stopped or stalled) fails a publish within seconds
-# (rag/queue.py turns that into 503 queue_unavailable), never hangs a request; the worker reconnects on its own.
+# (infra/queue.py turns that into 503 queue_unavailable), never hangs a request; the worker reconnects on its own.
 CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_timeout": 2, "socket_connect_timeout": 2}
 CELERY_BROKER_CONNECTION_TIMEOUT = 2
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.5, "interval_max": 1}
@@ -180,8 +181,8 @@ CELERY_BEAT_SCHEDULE = {  # `make run` embeds beat in its worker; in production 
 REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     # JSON bodies only, never a cross-site form; nesting deeper than the stack is a 400, not a 500.
-    "DEFAULT_PARSER_CLASSES": ["rag.parsers.StrictJSONParser"],
-    "EXCEPTION_HANDLER": "rag.api.exception_handler",
+    "DEFAULT_PARSER_CLASSES": ["infra.parsers.StrictJSONParser"],
+    "EXCEPTION_HANDLER": "infra.api.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,
 }
@@ -307,7 +308,7 @@ RAG_ALERTS = {
     "TOKEN_POOL_REMAINING": env_float("RAG_ALERT_TOKEN_POOL_REMAINING", default=0.1, minimum=0),
     "WEBHOOK_URL": env_secret("RAG_ALERT_WEBHOOK_URL"),  # may carry a token: treated as a secret
 }
-# Capacity limiters (rag/capacity.py): requests of a face that promises bounded concurrency (CG_RAG) wait up to
+# Capacity limiters (infra/capacity.py): requests of a face that promises bounded concurrency (CG_RAG) wait up to
 # WAIT_TIMEOUT seconds for one of these slots, shared by the processes of this machine, or through Redis when
 # REDIS_URL is set; then 429 capacity.exceeded.
 RAG_CAPACITY = {
@@ -316,13 +317,13 @@ RAG_CAPACITY = {
     "WAIT_TIMEOUT": env_float("RAG_CAPACITY_WAIT_TIMEOUT", default=5.0, minimum=0),
     "SHARED_BY": "redis" if REDIS_URL else "machine",
 }
-# Who a client is, for per-client limits (rag/clients.py): behind proxies, the header they append the client's
+# Who a client is, for per-client limits (infra/clients.py): behind proxies, the header they append the client's
 # address to (e.g. X-Forwarded-For) and how many of them there are; "": the socket's address.
 RAG_CLIENTS = {
     "ADDRESS_HEADER": env_str("RAG_CLIENT_ADDRESS_HEADER", default=""),
     "TRUSTED_PROXIES": env_int("RAG_TRUSTED_PROXIES", default=1, minimum=1),
 }
-# Per-client limits of the web assistant (rag/limits.py): a client is its address and, with a session cookie,
+# Per-client limits of the web assistant (infra/limits.py): a client is its address and, with a session cookie,
 # that session too; over a limit is 429 with Retry-After. Counted in the cache; while Redis is down nothing can be
 # counted, so web answers are extractive (no model tokens). TOKEN_SHARE: of RAG_WEB_TOKEN_POOL, per client a day.
 RAG_WEB_LIMITS = {
@@ -336,7 +337,7 @@ RAG_WEB_LIMITS = {
     "CGRAG_SEARCH_PER_MINUTE": env_int("RAG_CGRAG_SEARCH_PER_MINUTE", default=600, minimum=1),
     "CGRAG_GENERATE_PER_MINUTE": env_int("RAG_CGRAG_GENERATE_PER_MINUTE", default=30, minimum=1),
 }
-# Sign-in throttling on /ops/login/ and /admin/login/ (ragsite/security.py): failed attempts per address and
+# Sign-in throttling on /ops/login/ and /admin/login/ (infra/security.py): failed attempts per address and
 # user name within the window, then 429 until it ends; an address may fail FAILURE_LIMIT x 4 times for all names.
 RAG_LOGIN_THROTTLE = {
     "FAILURE_LIMIT": env_int("RAG_LOGIN_FAILURE_LIMIT", default=5, minimum=1),

@@ -10,8 +10,8 @@ from typing import ContextManager
 from apikeys.api import bearer_of
 from apikeys.models import ApiKey
 from apikeys.services import KeyCall, api_key_authenticate, api_key_call
-from rag.clients import request_address
-from rag.errors import ServiceError
+from infra.clients import request_address
+from infra.errors import ServiceError
 from rag.models import Channel, RequestRecord
 from rag.services.questions import Caller, QuestionRequest, question_refused
 

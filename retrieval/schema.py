@@ -6,7 +6,8 @@ from rag.services.retrieval import MAX_KBS, MAX_TOP_K, MAX_TOP_N
 from drf_spectacular.openapi import AutoSchema
 
 from rag.services.filters import MAX_ID
-from rag.services.records import MAX_QUESTION_CHARS, QUESTION_REGEX
+from rag.services import LIMITS
+from rag.services.records import QUESTION_REGEX
 
 _ID = {"oneOf": [{"type": "integer", "minimum": 1, "maximum": MAX_ID},
                  {"type": "string", "minLength": 1, "maxLength": 64, "pattern": r"^(?![0-9]+$)|^[1-9][0-9]{0,17}$"}]}
@@ -44,7 +45,7 @@ SEED_REQUEST = {
     "required": ["question", "rag_setting", "kb_ids"],
     "anyOf": [{"required": ["dialog_id"]}, {"required": ["app_id"]}],
     "properties": {
-        "question": {"type": "string", "minLength": 1, "maxLength": MAX_QUESTION_CHARS, "pattern": QUESTION_REGEX},
+        "question": {"type": "string", "minLength": 1, "maxLength": LIMITS.question_chars, "pattern": QUESTION_REGEX},
         "dialog_id": {**_INT_ID, "description": "The retrieval app the key is bound to."},
         "app_id": {**_INT_ID, "description": "The same as dialog_id; wins when both are given."},
         "kb_ids": {**_IDS, "minItems": 1, "description": "Knowledge base ids (or slugs), all of the app's."},

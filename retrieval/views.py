@@ -17,7 +17,7 @@ from rest_framework.views import APIView
 
 from apikeys.api import is_bearer
 from apikeys.services import api_key_admit_call
-from rag.errors import ServiceError
+from infra.errors import ServiceError
 from rag.models import Channel, KnowledgeBase
 from rag.services.filters import condition_of, filter_of
 from rag.services.retrieval import RetrievalRequest, knowledge_bases_of, question_retrieve, retrieval_app_check

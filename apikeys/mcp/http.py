@@ -35,9 +35,9 @@ from apikeys.mcp.server import SCOPE_CALLER, SCOPE_KEY_CALLS, build_server
 from apikeys.mcp.service import Caller, mcp_refusal_record, tool_names
 from apikeys.models import ApiKey
 from apikeys.services import api_key_admit_call, api_key_authenticate
-from rag import live
-from rag.clients import scope_address
-from rag.errors import ServiceError
+from infra import live
+from infra.clients import scope_address
+from infra.errors import ServiceError
 
 logger = logging.getLogger(__name__)
 

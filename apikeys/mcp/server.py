@@ -20,8 +20,8 @@ from pydantic import BaseModel, Field
 from pydantic.fields import FieldInfo
 
 from apikeys.mcp.service import Caller, mcp_ask, mcp_search, tool_names
-from rag.errors import ServiceError
-from rag.services.questions import MAX_EXCLUDE, MAX_QUESTION_CHARS, MAX_TOP_K
+from infra.errors import ServiceError
+from rag.services import LIMITS
 
 SLUG_PATTERN = re.compile(r"[a-z0-9][a-z0-9_]{0,31}")
 SCOPE_CALLER = "rag.mcp.caller"  # the HTTP gate puts the authenticated Caller in the ASGI scope under this key
@@ -193,9 +193,9 @@ def build_server(*, transport: str = "http") -> MCPServer:
     async def search_docs(
         ctx: Context,
         question: Annotated[Any, _schema("What you are looking for, in Chinese or English", type="string",
-                                         minLength=1, maxLength=MAX_QUESTION_CHARS)],
+                                         minLength=1, maxLength=LIMITS.question_chars)],
         top_k: Annotated[Any, _schema("How many chunks (1-50; default 5)", type="integer", minimum=1,
-                                      maximum=MAX_TOP_K)] = None,
+                                      maximum=LIMITS.top_k)] = None,
         kb: Annotated[Any, _schema("Knowledge base slug; default: the deployment's", type="string")] = None,
     ) -> Annotated[CallToolResult, SearchOutput]:
         data = await _run(mcp_search, ctx, caller=_caller(ctx, transport), question=question, top_k=top_k, kb=kb)
@@ -204,9 +204,9 @@ def build_server(*, transport: str = "http") -> MCPServer:
     async def ask_docs(
         ctx: Context,
         question: Annotated[Any, _schema("The question, in Chinese or English", type="string", minLength=1,
-                                         maxLength=MAX_QUESTION_CHARS)],
+                                         maxLength=LIMITS.question_chars)],
         exclude: Annotated[Any, _schema("Chunk ids to leave out of the evidence", type="array",
-                                        items={"type": "string"}, maxItems=MAX_EXCLUDE)] = None,
+                                        items={"type": "string"}, maxItems=LIMITS.exclude)] = None,
         kb: Annotated[Any, _schema("Knowledge base slug; default: the deployment's", type="string")] = None,
     ) -> Annotated[CallToolResult, AskOutput]:
         data = await _run(mcp_ask, ctx, caller=_caller(ctx, transport), question=question, exclude=exclude, kb=kb)

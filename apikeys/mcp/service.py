@@ -9,7 +9,7 @@ from contextlib import nullcontext
 from django.conf import settings
 
 from apikeys.services import KeyCall
-from rag.errors import ServiceError
+from infra.errors import ServiceError
 from rag.models import Channel, RequestRecord
 from rag.services.questions import Caller, QuestionRequest, question_answer, question_refused, question_search
 from rag.shapes import cited_chunks, hit_as_dict

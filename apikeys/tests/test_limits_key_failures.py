@@ -12,8 +12,8 @@ from django.db import connection
 
 from apikeys import services
 from apikeys.services import FAILED_ATTEMPTS_LIMIT, api_key_authenticate, api_key_issue
-from rag.errors import ServiceError
-from rag.tests.test_limits_signin import HeldChecks
+from infra.errors import ServiceError
+from infra.tests.test_limits_signin import HeldChecks
 
 ATTEMPTS = 80
 

@@ -234,7 +234,7 @@ async def test_unknown_mcp_arguments_are_ignored_and_not_recorded(kb):
 
 def test_a_nul_character_in_the_arguments_of_a_call_the_gate_refused_is_never_stored(db, owner):
     from apikeys.mcp.service import Caller, mcp_refusal_record
-    from rag.errors import ServiceError
+    from infra.errors import ServiceError
 
     mcp_refusal_record(caller=Caller(key_prefix="rkabc", transport="http"), tool="ask_sdk_docs",
                        arguments={"question": "fov\x00", "kb": "sdk\x00", "exclude": ["a\x00"], "x\x00": {"y": "\x00"}},

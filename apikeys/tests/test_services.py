@@ -23,7 +23,7 @@ from apikeys.services import (
     api_key_usage_summary,
 )
 from conftest import local_moment
-from rag.errors import ServiceError
+from infra.errors import ServiceError
 
 NOW = local_moment("2026-03-10 10:00")  # expiry and last use are read on a clock frozen here
 pytestmark = [pytest.mark.django_db, pytest.mark.time_machine(NOW, tick=False)]

@@ -9,8 +9,8 @@ import pytest
 from apikeys.models import ApiKeyUsage
 from apikeys.services import api_key_admit_call, api_key_call, api_key_issue, api_key_revoke, api_key_usage_settle
 from conftest import local_moment
+from infra.errors import ServiceError
 from rag.engine.types import Usage
-from rag.errors import ServiceError
 
 # Usage is counted per local day and rate-limited per moving minute: every test runs at one fixed moment,
 # 15 s before a new clock minute and 13:59:15 before local midnight (and the boundary tests cross them on purpose).

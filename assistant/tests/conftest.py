@@ -7,7 +7,7 @@ from rag.tests.conftest import make_built_kb
 
 @pytest.fixture(autouse=True)
 def fresh_limits():
-    """Per-client counters (rag/limits.py) live in the cache; every test here starts with none counted."""
+    """Per-client counters (infra/limits.py) live in the cache; every test here starts with none counted."""
     cache.clear()
     yield
     cache.clear()

@@ -7,7 +7,7 @@ import pytest
 from assistant.models import Feedback, TokenPool
 from assistant.services import WebTokenPool, token_pool_today
 from conftest import local_moment
-from rag.errors import ServiceError
+from infra.errors import ServiceError
 from rag.models import RequestRecord
 from rag.tests.conftest import documented_example
 

@@ -1,4 +1,4 @@
-"""Per-client limits of the web faces (issue 16, rag/limits.py): requests per minute on /api/search, /api/chat and
+"""Per-client limits of the web faces (issue 16, infra/limits.py): requests per minute on /api/search, /api/chat and
 /search, connects, open sockets and messages on /ws/chat, a client's share of the daily token pool, and no model
 tokens while the limits cannot be counted."""
 
@@ -132,7 +132,7 @@ def test_a_client_s_share_of_the_pool_stops_that_client_but_not_another(client, 
 @NOON
 def test_with_the_cache_unavailable_a_web_chat_answers_extractively_and_spends_nothing(client, kb, settings,
                                                                                        with_model):
-    settings.CACHES = {"default": {"BACKEND": "rag.redis_cache.ResilientRedisCache",
+    settings.CACHES = {"default": {"BACKEND": "infra.redis_cache.ResilientRedisCache",
                                    "LOCATION": "redis://127.0.0.1:1/0"}}  # nothing listens there
 
     search = post(client, "/api/search", QUESTION)

@@ -12,7 +12,8 @@ def cgrag_state(settings):
     from django.core.cache import cache
 
     from cgrag import scopes
-    from rag import capacity, retrieval_cache
+    from infra import capacity
+    from rag import retrieval_cache
 
     settings.RAG_CGRAG = {**settings.RAG_CGRAG, "DEFAULT_SCOPE": "sdk"}
     retrieval_cache.reset()

@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from rag.capacity import capacity_limiter
+from infra.capacity import capacity_limiter
 from rag.models import Channel, RequestRecord
 from rag.services.knowledge import index_build
 

@@ -18,7 +18,7 @@ from django.contrib.auth import get_user_model
 from apikeys.services import api_key_issue
 from apikeys.tests.test_mcp_live import connect
 from cgrag.tests.test_api import search_r1_batch_search
-from rag.capacity import capacity_limiter
+from infra.capacity import capacity_limiter
 from rag.models import Channel, RequestRecord
 from rag.tests.conftest import make_built_kb
 from rag.tests.live import daphne

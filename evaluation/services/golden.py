@@ -10,7 +10,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Max
 
 from evaluation.models import GoldenDraft, GoldenItem, GoldenSet
-from rag.errors import ServiceError
+from infra.errors import ServiceError
 from rag.models import Channel, RequestRecord
 
 LAYERS = ("plain", "colloquial", "member", "typo", "multi", "negative")

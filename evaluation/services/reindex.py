@@ -9,9 +9,9 @@ from django.db import transaction
 from evaluation.models import EvalRun, GoldenSet
 from evaluation.services.golden import golden_set_latest
 from evaluation.services.runs import eval_run_create, eval_run_execute
-from rag.errors import ServiceError
+from infra.errors import ServiceError
+from infra.queue import enqueue
 from rag.models import KnowledgeBase
-from rag.queue import enqueue
 from rag.services.generation import generation_configured
 from rag.services.knowledge import index_activate, index_build, index_version_note
 from rag.services.release import GateOutcome

@@ -16,9 +16,9 @@ from evaluation.models import EvalResult, EvalRun, GoldenSet
 from evaluation.services.gates import baseline_gate, run_gate_table, verdict_of
 from evaluation.services.reports import write_report
 from evaluation.services.scoring import golden_item_score, make_judge
-from rag.errors import ServiceError
+from infra.errors import ServiceError
+from infra.queue import enqueue
 from rag.models import IndexVersion, KnowledgeBase
-from rag.queue import enqueue
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from evaluation.services.reindex import index_build_gated
 from evaluation.services.runs import (
     eval_run_cancel, eval_run_create, eval_run_execute, eval_run_retry, eval_runs_reap,
 )
-from rag.errors import ServiceError
+from infra.errors import ServiceError
 from rag.models import RequestRecord
 from rag.tests.conftest import make_built_kb
 

@@ -15,8 +15,8 @@ from django.utils import timezone
 from apikeys.services import api_key_issue
 from assistant.models import Feedback
 from assistant.tests.test_browser import browser  # noqa: F401  (the fixture: Debian's chromium via Playwright)
+from infra.errors import ServiceError
 from opsboard.services import daily_report_build
-from rag.errors import ServiceError
 from rag.models import Channel, RequestRecord
 from rag.services.questions import Caller, QuestionRequest, question_answer, question_refused, question_search
 from rag.tests.conftest import make_built_kb

@@ -10,8 +10,8 @@ import pytest
 from django.core.cache import cache
 
 from conftest import local_moment
+from infra import live
 from opsboard.tests.test_ops import ops_user
-from rag import live
 
 pytestmark = [pytest.mark.django_db, pytest.mark.time_machine(local_moment("2026-03-10 08:30"), tick=False)]
 

@@ -345,7 +345,7 @@ def test_freshness_flags_documents_changed_since_the_active_version(client, corp
 
 
 def test_the_live_status_counts_in_flight_and_recent_problems(client, corpus_copy):
-    from rag import live
+    from infra import live
 
     make_built_kb(corpus_copy)
     now = NOW

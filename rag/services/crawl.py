@@ -27,7 +27,7 @@ import requests
 from bs4 import BeautifulSoup
 from django.conf import settings
 
-from rag.errors import ServiceError
+from infra.errors import ServiceError
 
 STATE_FILE = ".crawl.json"  # hidden: ingest skips it
 USER_AGENT = "sdk-docs-assistant/1 (+documentation sync)"

@@ -19,7 +19,7 @@ from __future__ import annotations
 import datetime
 from dataclasses import dataclass
 
-from rag.errors import ServiceError
+from infra.errors import ServiceError
 from rag.models import Document, KnowledgeBase, LabelValue
 
 MAX_ID = 2**63 - 1  # a database id; a larger integer names nothing

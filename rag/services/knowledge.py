@@ -15,6 +15,8 @@ from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
+from infra.errors import ServiceError
+from infra.queue import enqueue
 from rag.engine.chunk import chunk_documents
 from rag.engine.index import IndexError_
 from rag.engine.ingest import (HTML_SUFFIXES, IngestError, folder_hashes, front_matter_labels, read_document,
@@ -22,12 +24,10 @@ from rag.engine.ingest import (HTML_SUFFIXES, IngestError, folder_hashes, front_
 from rag.engine.text import sha1
 from rag.engine.types import SourceDocument
 from rag.engine.vectorpack import read_pack, write_pack
-from rag.errors import ServiceError
 from rag.models import ClassAlias, Document, DocumentLabel, IndexVersion, KnowledgeBase, Label, LabelValue
 from rag.pipeline import REOPEN_AFTER_SECONDS, get_engine
-from rag.queue import enqueue
-from rag.shapes import ANCHOR_SAFE
 from rag.services.sources import is_remote, last_crawl, source_check, source_folder, source_kind, sync
+from rag.shapes import ANCHOR_SAFE
 
 log = logging.getLogger(__name__)
 

@@ -18,13 +18,13 @@ from typing import ContextManager, Literal, Protocol, overload
 
 from django.conf import settings
 
-from rag import live
+from infra import live
+from infra.errors import ServiceError
 from rag.engine.constrained import Candidate, Choice, ChoiceError, answer_pieces
 from rag.engine.embed import EmbeddingBusy
 from rag.engine.generate import answer_without_model
 from rag.engine.search import MODES
 from rag.engine.types import Answer, Citation, Hit, SearchOptions, SearchResult, Token, Usage
-from rag.errors import ServiceError
 from rag.models import Channel, IndexVersion, RequestRecord
 from rag.pipeline import get_engine
 from rag.retrieval_cache import retrieval_cache
@@ -38,6 +38,22 @@ MAX_CANDIDATES = 200  # ranked candidates a face may list beside the adopted evi
 MAX_CHOICES = 20  # candidates constrained generation may choose (CG_RAG's max_items)
 MAX_EXCLUDE = 100
 MAX_CHUNK_ID_CHARS = 64
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What the question service accepts: the faces write their schemas and help from this one object."""
+
+    question_chars: int = MAX_QUESTION_CHARS
+    kb_chars: int = MAX_KB_CHARS
+    top_k: int = MAX_TOP_K
+    candidates: int = MAX_CANDIDATES
+    choices: int = MAX_CHOICES
+    exclude: int = MAX_EXCLUDE
+    chunk_id_chars: int = MAX_CHUNK_ID_CHARS
+
+
+LIMITS = Limits()
 BUSY_RETRY_AFTER = 2  # seconds: a queue of embeddings drains in about that
 Kind = RequestRecord.Kind
 INTERNAL = ServiceError("internal_error", "The request failed on the server.", status=500)
@@ -64,7 +80,7 @@ class TokenReservation(Protocol):
 
 
 class CapacityGate(Protocol):
-    """A face's concurrency limits (rag.capacity), held around the engine's search and the model's call."""
+    """A face's concurrency limits (infra.capacity), held around the engine's search and the model's call."""
 
     def hold(self, resource: str) -> ContextManager[None]:
         """Hold a slot of "retrieval" or "generation", or raise a ServiceError (429) after waiting."""

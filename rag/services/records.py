@@ -12,7 +12,7 @@ import re
 import uuid
 from typing import TYPE_CHECKING
 
-from rag.errors import ServiceError
+from infra.errors import ServiceError
 from rag.models import RequestRecord
 
 if TYPE_CHECKING:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from rag.errors import ServiceError
+from infra.errors import ServiceError
 from rag.models import IndexVersion, KnowledgeBase
 
 

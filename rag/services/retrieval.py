@@ -21,10 +21,10 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from django.conf import settings
 
+from infra.errors import ServiceError
 from rag.engine.types import Hit, Plan, Ranking, RouteKind, SearchResult, Usage
 from rag.engine.weighted import (RerankFailed, WeightedCandidate, WeightedSetting, WeightedSource, content_tokens,
                                  highlight, important_keywords)
-from rag.errors import ServiceError
 from rag.models import Channel, Document, KnowledgeBase, RequestRecord, RetrievalApp
 from rag.pipeline import get_engine
 from rag.services.filters import DocumentFilter, documents_allowed, is_id

@@ -24,7 +24,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from django.conf import settings
 
-from rag.errors import ServiceError
+from infra.errors import ServiceError
 
 GIT_SCHEMES = ("git+file://", "git+https://", "git+http://", "git+ssh://")
 REF_RE = re.compile(r"^[A-Za-z0-9._/-]+$")  # a branch, tag or commit as git accepts them (no option, no space)

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 
-from rag.capacity import CapacityGate
+from infra.capacity import CapacityGate
+from infra.errors import ServiceError
 from rag.engine.constrained import provider_of, thinking_fields
 from rag.engine.llm import GenerationError
 from rag.engine.types import Answer, Citation, Hit, Usage
@@ -33,7 +34,6 @@ from rag.engine.vision import (CIRCUIT_OPEN, DEFAULT_LABELS, FINAL_PROMPT, Answe
                                Reset, VisionModel, agentic_messages, answer_messages, cited, decode_image,
                                observe_messages, parse_observation, parse_step, references_message, split_thinking,
                                usage_sum)
-from rag.errors import ServiceError
 from rag.models import Channel
 from rag.pipeline import vision_model
 from rag.services.knowledge import kb_get

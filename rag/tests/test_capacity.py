@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rag.capacity import CapacityExceeded, CapacityLimiter, FileSlots, RedisSlots
+from infra.capacity import CapacityExceeded, CapacityLimiter, FileSlots, RedisSlots
 from rag.retrieval_cache import RetrievalCache
 
 REDIS_URL = "redis://127.0.0.1:6379/0"

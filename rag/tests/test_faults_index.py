@@ -8,8 +8,8 @@ import shutil
 
 import pytest
 
+from infra.errors import ServiceError
 from rag.engine.index import CHUNKS_FILE
-from rag.errors import ServiceError
 from rag.models import Channel, RequestRecord
 from rag.services.knowledge import index_build
 from rag.services.questions import QuestionRequest, question_search

@@ -11,10 +11,10 @@ from django.core.cache import cache
 from django.core.cache.backends.filebased import FileBasedCache
 from django.utils import timezone
 
-from rag import capacity, limits
-from rag.capacity import CapacityExceeded, CapacityLimiter, RedisSlots
-from rag.errors import ServiceError
-from rag.limits import Client
+from infra import capacity, limits
+from infra.capacity import CapacityExceeded, CapacityLimiter, RedisSlots
+from infra.errors import ServiceError
+from infra.limits import Client
 from rag.tests.test_redis_down import stalled_redis  # noqa: F401 - a fixture
 
 CLOSED = "redis://127.0.0.1:1/0"  # nothing listens there
@@ -37,10 +37,10 @@ def fresh_limiters():
 def redis_down(settings):
     settings.REDIS_URL = CLOSED
     settings.RAG_CAPACITY = {**settings.RAG_CAPACITY, "SHARED_BY": "redis"}
-    settings.CACHES = {"default": {"BACKEND": "rag.redis_cache.ResilientRedisCache", "LOCATION": CLOSED}}
+    settings.CACHES = {"default": {"BACKEND": "infra.redis_cache.ResilientRedisCache", "LOCATION": CLOSED}}
 
 
-@pytest.fixture(params=["django.core.cache.backends.filebased.FileBasedCache", "rag.redis_cache.ResilientFileCache"])
+@pytest.fixture(params=["django.core.cache.backends.filebased.FileBasedCache", "infra.redis_cache.ResilientFileCache"])
 def disk_full(request, settings, tmp_path, monkeypatch):
     """The default cache on files, on a disk with no space left: every write raises OSError(ENOSPC)."""
     settings.CACHES = {"default": {"BACKEND": request.param, "LOCATION": str(tmp_path / "cache")}}
@@ -139,8 +139,8 @@ def test_on_a_full_disk_counting_degrades_as_with_the_cache_down(disk_full, sett
 
 @pytest.fixture
 def resilient_disk_full(settings, tmp_path, monkeypatch):
-    """The file cache as the settings should configure it (rag.redis_cache.ResilientFileCache), on a full disk."""
-    settings.CACHES = {"default": {"BACKEND": "rag.redis_cache.ResilientFileCache", "LOCATION": str(tmp_path / "c")}}
+    """The file cache as the settings should configure it (infra.redis_cache.ResilientFileCache), on a full disk."""
+    settings.CACHES = {"default": {"BACKEND": "infra.redis_cache.ResilientFileCache", "LOCATION": str(tmp_path / "c")}}
 
     def no_space(self, file, timeout, value):
         raise OSError(errno.ENOSPC, "No space left on device")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from rag.errors import ServiceError
+from infra.errors import ServiceError
 from rag.models import IndexVersion, KnowledgeBase
 from rag.services.knowledge import index_build, index_build_queue, kb_ensure, read_source
 

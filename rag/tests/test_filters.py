@@ -7,7 +7,7 @@ import datetime
 
 import pytest
 
-from rag.errors import ServiceError
+from infra.errors import ServiceError
 from rag.models import Document, DocumentLabel, KnowledgeBase, Label, LabelValue
 from rag.services.filters import (
     MAX_CONDITIONS,

@@ -11,10 +11,10 @@ import pytest
 from django.conf import settings
 from django.core.management import call_command
 
+from infra.errors import ServiceError
 from rag.engine.chunk import chunk_documents
 from rag.engine.ingest import read_folder
 from rag.engine.vectorpack import PACK_DIR, pack_path, read_pack, write_pack
-from rag.errors import ServiceError
 from rag.models import Channel, IndexVersion
 from rag.services.knowledge import index_build, index_build_queue, vectors_export
 from rag.services.questions import QuestionRequest, question_search
@@ -221,7 +221,7 @@ def test_questions_during_the_first_build_are_recorded_not_ready_not_failed(clie
 @pytest.mark.django_db
 def test_replies_of_index_building_do_not_use_up_a_clients_limit(client, corpus_copy,
                                                                    django_capture_on_commit_callbacks, settings):
-    from rag import limits
+    from infra import limits
 
     limits.reset()
     settings.RAG_WEB_LIMITS = {**settings.RAG_WEB_LIMITS, "CHAT_PER_MINUTE": 1, "SEARCH_PER_MINUTE": 1}

@@ -1,4 +1,5 @@
-"""The layers (STYLE.md §1): apps → rag → rag.engine, never the reverse; only `rag` writes `rag` rows.
+"""The layers (STYLE.md §1): apps → rag → rag.engine, and everything → infra (the platform), never the reverse;
+only `rag` writes `rag` rows.
 
 Read from the source with `ast`, so a new import or write anywhere in the code fails here at once.
 """
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-APPS = ("assistant", "apikeys", "evaluation", "opsboard", "cgrag")
+APPS = ("assistant", "apikeys", "evaluation", "opsboard", "cgrag", "retrieval")
 RAG_MODELS = {"KnowledgeBase", "Document", "IndexVersion", "ClassAlias", "RequestRecord"}
 WRITES = {"create", "update", "delete", "bulk_create", "bulk_update", "get_or_create", "update_or_create", "save"}
 
@@ -60,9 +61,17 @@ def test_rag_imports_no_app():
     assert not leaks, "rag is the base app and imports no app above it: " + ", ".join(sorted(leaks))
 
 
+def test_the_platform_imports_neither_rag_nor_an_app():
+    leaks = {f"{path.relative_to(ROOT)}: {name}" for path in modules("infra") for name in imports_of(path)
+             if name.split(".")[0] in ("rag", "ragsite", *APPS)}
+
+    assert not leaks, "infra is the platform under rag and the apps: " + ", ".join(sorted(leaks))
+
+
 def test_the_engine_imports_neither_django_nor_the_rest_of_rag():
     leaks = {f"{path.relative_to(ROOT)}: {name}" for path in modules("rag/engine") for name in imports_of(path)
-             if name.split(".")[0] in ("django", *APPS) or (name.startswith("rag.") and not name.startswith("rag.engine"))}
+             if name.split(".")[0] in ("django", "infra", *APPS)
+             or (name.startswith("rag.") and not name.startswith("rag.engine"))}
 
     assert not leaks, "the engine is plain Python: " + ", ".join(sorted(leaks))
 

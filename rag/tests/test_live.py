@@ -8,7 +8,7 @@ import pytest
 from django.core.cache import cache
 
 from conftest import local_moment
-from rag import live
+from infra import live
 
 # Snapshots expire after live.TTL seconds (the cache reads time.time): the clock is frozen, and moved on purpose.
 pytestmark = pytest.mark.time_machine(local_moment("2026-03-10 10:00"), tick=False)

@@ -16,9 +16,9 @@ from django.core.management import CommandError
 from django.db import transaction
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from infra.errors import ServiceError
 from rag.engine.chunk import chunk_documents
 from rag.engine.ingest import IngestError, read_folder
-from rag.errors import ServiceError
 from rag.management.commands.rag import Command
 from rag.models import Document, IndexVersion, KnowledgeBase
 from rag.services.questions import validated_question

@@ -6,7 +6,7 @@ import contextlib
 
 import pytest
 
-from rag.errors import ServiceError
+from infra.errors import ServiceError
 from rag.models import Channel, ClassAlias, RequestRecord
 from rag.services.knowledge import index_build
 from rag.services.questions import (

@@ -13,8 +13,8 @@ import pytest
 import requests
 from django.contrib.auth import get_user_model
 
-from rag import redis_cache
-from rag.redis_cache import ResilientRedisCache
+from infra import redis_cache
+from infra.redis_cache import ResilientRedisCache
 from rag.tests.conftest import make_built_kb
 
 

@@ -8,6 +8,7 @@ import socket
 
 import pytest
 
+from infra.errors import ServiceError
 from rag.engine.breaker import CircuitBreaker
 from rag.engine.embed import QueryVectorCache
 from rag.engine.index import VersionReader
@@ -24,7 +25,6 @@ from rag.engine.rerank import (
 )
 from rag.engine.search import Searcher
 from rag.engine.types import Chunk, Hit, SearchOptions
-from rag.errors import ServiceError
 from rag.models import Channel, RequestRecord
 from rag.pipeline import get_engine
 from rag.services.questions import QuestionRequest, question_search

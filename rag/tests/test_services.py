@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from conftest import local_moment
+from infra.errors import ServiceError
 from rag.engine.ingest import read_folder
-from rag.errors import ServiceError
 from rag.models import ClassAlias, Document, IndexVersion, KnowledgeBase
 from rag.models import Channel
 from rag.services.knowledge import (

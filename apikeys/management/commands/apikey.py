@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from apikeys.models import ApiKey
 from apikeys.services import api_key_issue, api_key_revoke, api_key_rotate
-from rag.errors import ServiceError
+from infra.errors import ServiceError
 from rag.models import RetrievalApp
 
 

@@ -11,7 +11,7 @@ from django.core.management.base import BaseCommand, CommandError
 from evaluation.models import EvalRun, GoldenSet
 from evaluation.services.golden import golden_export, golden_import, golden_matches, golden_set_latest
 from evaluation.services.runs import eval_run_create, eval_run_execute
-from rag.errors import ServiceError
+from infra.errors import ServiceError
 from rag.models import KnowledgeBase
 from rag.services.knowledge import index_build, index_unchanged_version, kb_ensure
 

@@ -12,8 +12,8 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError
 
-from rag import live
-from rag.errors import ServiceError
+from infra import live
+from infra.errors import ServiceError
 from rag.models import Channel, KnowledgeBase
 from rag.services.knowledge import (
     PAGE_CHANGES,

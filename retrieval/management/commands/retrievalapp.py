@@ -6,7 +6,7 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from rag.errors import ServiceError
+from infra.errors import ServiceError
 from rag.models import RetrievalApp
 from rag.services.retrieval import retrieval_app_create
 

@@ -1,4 +1,4 @@
-"""Sign-in throttling counts first, then checks (issue 28, ragsite/security.py): concurrent wrong passwords from one
+"""Sign-in throttling counts first, then checks (issue 28, infra/security.py): concurrent wrong passwords from one
 address get at most RAG_LOGIN_THROTTLE's FAILURE_LIMIT password checks, however many arrive at once."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Atomic counting (issue 28, rag/limits.py): every limit counts with one atomic operation and decides from the count
+"""Atomic counting (issue 28, infra/limits.py): every limit counts with one atomic operation and decides from the count
 it got, on the file cache shared by a machine's processes, in memory and on Redis; request limits are moving
 windows, so a burst across a minute's end is not twice the limit."""
 
@@ -10,9 +10,9 @@ import pytest
 from django.core.cache import cache
 
 from conftest import local_moment
-from rag import limits
-from rag.errors import ServiceError
-from rag.limits import Client
+from infra import limits
+from infra.errors import ServiceError
+from infra.limits import Client
 
 NOON = local_moment("2026-03-10 12:00")
 CLIENT = Client("198.51.100.7")
@@ -146,7 +146,7 @@ def redis_cache_(settings):
     """The default cache on the machine's Redis (database 13, a prefix of this test's own)."""
     import uuid
 
-    settings.CACHES = {"default": {"BACKEND": "rag.redis_cache.ResilientRedisCache",
+    settings.CACHES = {"default": {"BACKEND": "infra.redis_cache.ResilientRedisCache",
                                    "LOCATION": "redis://127.0.0.1:6379/13", "KEY_PREFIX": uuid.uuid4().hex}}
     if not cache.available or cache.get("probe", "absent") != "absent" or not cache.available:
         pytest.skip("no Redis at 127.0.0.1:6379")
@@ -186,8 +186,8 @@ def test_each_token_pool_counts_its_own_shares(settings):
     """A client's web answers and its CG_RAG calls draw on two pools: spending one share leaves the other whole."""
     import datetime
 
-    from rag.errors import ServiceError
-    from rag.limits import Client, reset, token_share_reserve
+    from infra.errors import ServiceError
+    from infra.limits import Client, reset, token_share_reserve
 
     reset()
     settings.RAG_WEB_LIMITS = {**settings.RAG_WEB_LIMITS, "TOKEN_SHARE": 0.5}

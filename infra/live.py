@@ -133,7 +133,7 @@ def _serving(**kwargs) -> None:
 
 atexit.register(_withdraw)
 os.register_at_fork(after_in_child=_forked)
-request_started.connect(_serving, dispatch_uid="rag.live.serving")
+request_started.connect(_serving, dispatch_uid="infra.live.serving")
 
 
 @contextmanager

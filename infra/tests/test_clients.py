@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.test import RequestFactory
 
-from rag.clients import address_of, request_address, scope_address
+from infra.clients import address_of, request_address, scope_address
 
 
 def test_without_a_configured_header_the_socket_address_stands(settings):

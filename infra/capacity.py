@@ -30,8 +30,8 @@ from typing import Iterator, Protocol
 
 from django.conf import settings
 
-from rag import redis_cache
-from rag.errors import ServiceError
+from infra import redis_cache
+from infra.errors import ServiceError
 
 RESOURCES = ("retrieval", "generation")
 POLL_SECONDS = (0.005, 0.05)  # first and longest pause between attempts while waiting for a slot

@@ -52,7 +52,7 @@ def _failure_keys(address: str, username: str) -> tuple[str, str]:
     import hashlib
 
     name = hashlib.sha256(username.strip().lower().encode()).hexdigest()[:16]
-    # Moving window logs (rag.limits.window_hit), named apart from the plain counters kept here before issue 28.
+    # Moving window logs (infra.limits.window_hit), named apart from the plain counters kept here before issue 28.
     return f"login:attempts:{address}", f"login:attempts:{address}:{name}"
 
 
@@ -61,7 +61,7 @@ def _attempt(request, address: str, username: str):
     name (moving windows of RAG_LOGIN_THROTTLE's WINDOW_SECONDS); the WindowHit, not admitted when either is full."""
     from django.conf import settings
 
-    from rag.limits import window_hit
+    from infra.limits import window_hit
 
     limit, window = settings.RAG_LOGIN_THROTTLE["FAILURE_LIMIT"], settings.RAG_LOGIN_THROTTLE["WINDOW_SECONDS"]
     by_address, by_name = _failure_keys(address, username)
@@ -73,7 +73,7 @@ def _attempt(request, address: str, username: str):
 
 
 def _give_back(hits) -> None:
-    from rag.limits import window_give_back
+    from infra.limits import window_give_back
 
     for hit in hits:
         window_give_back(hit)
@@ -84,7 +84,7 @@ def login_failed(sender, credentials, request=None, **kwargs) -> None:
     (any other form of the site) counts it now."""
     if request is None:
         return
-    from rag.clients import request_address
+    from infra.clients import request_address
 
     attempt = getattr(request, "_login_attempt", None)
     if attempt is not None:
@@ -99,7 +99,7 @@ def login_succeeded(sender, request=None, user=None, **kwargs) -> None:
         return
     from django.core.cache import cache
 
-    from rag.clients import request_address
+    from infra.clients import request_address
 
     attempt = getattr(request, "_login_attempt", None)
     if attempt is not None and not attempt["failed"]:
@@ -122,8 +122,8 @@ class LoginThrottleMiddleware(MiddlewareMixin):
         super().__init__(get_response)
         from django.contrib.auth.signals import user_logged_in, user_login_failed
 
-        user_login_failed.connect(login_failed, dispatch_uid="ragsite.security.login_failed")
-        user_logged_in.connect(login_succeeded, dispatch_uid="ragsite.security.login_succeeded")
+        user_login_failed.connect(login_failed, dispatch_uid="infra.security.login_failed")
+        user_logged_in.connect(login_succeeded, dispatch_uid="infra.security.login_succeeded")
 
     def process_request(self, request):
         if request.method != "POST" or request.path not in _login_paths():
@@ -131,7 +131,7 @@ class LoginThrottleMiddleware(MiddlewareMixin):
         from django.conf import settings
         from django.http import HttpResponse
 
-        from rag.clients import request_address
+        from infra.clients import request_address
 
         window = settings.RAG_LOGIN_THROTTLE["WINDOW_SECONDS"]
         hits = _attempt(request, request_address(request), request.POST.get("username", ""))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from typing import Callable
 
-from rag.errors import ServiceError
+from infra.errors import ServiceError
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ from rest_framework import exceptions, serializers
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from rag.errors import ServiceError
+from infra.errors import ServiceError
 
 
 def exception_handler(exc, context):

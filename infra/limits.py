@@ -1,6 +1,6 @@
 """Per-client limits of the anonymous faces (issue 16): requests per minute, open sockets, a share of a daily pool.
 
-A client is its address (rag/clients.py) and, when it sends a session cookie, that session too. Every limit is
+A client is its address (infra/clients.py) and, when it sends a session cookie, that session too. Every limit is
 counted under the address, always, so a client cannot escape it by dropping its cookie; a session is counted as
 well, so one session that moves between addresses is still one client. Counters live in the Django cache (Redis
 in production), keyed by scope and client: requests in a moving window of a minute (a log of when each admitted
@@ -8,10 +8,10 @@ request came, so a burst across a minute's end is still the limit, not twice it;
 logged, and one answered 503 `index_building` is taken back), sockets as a gauge, tokens per local day.
 
 Every count is one atomic step that decides from the count it got (issue 28): a Lua script on Redis
-(rag/redis_cache.py); on any other cache a read and a write under a lock, a file lock beside the file cache's
+(infra/redis_cache.py); on any other cache a read and a write under a lock, a file lock beside the file cache's
 files (it is shared by every process of the machine), a lock of this process for the in-memory cache.
 
-When the shared counters cannot count (Redis down or stalled, `rag.redis_cache.available()` False; or the file
+When the shared counters cannot count (Redis down or stalled, `infra.redis_cache.available()` False; or the file
 cache cannot write, a full disk, for OUTAGE_SECONDS after the failure), request limits and the sign-in and API-key
 throttles count in this process instead (each process then admits up to the limit), so search and extractive
 answers keep working and guessing stays bounded; a face that would spend model tokens must not (see `countable`),
@@ -39,9 +39,9 @@ from django.core.cache.backends.filebased import FileBasedCache
 from django.core.cache.backends.locmem import LocMemCache
 from django.utils import timezone
 
-from rag import redis_cache
-from rag.clients import request_address, scope_address
-from rag.errors import ServiceError
+from infra import redis_cache
+from infra.clients import request_address, scope_address
+from infra.errors import ServiceError
 
 WINDOW_SECONDS = 60  # the RAG_WEB_LIMITS rates are per minute
 LOCK_STRIPES = 64  # lock files beside the file cache: keys share one at random, few enough to keep open cheaply
@@ -195,7 +195,7 @@ class _SharedStore:
         except OSError as exc:  # a full disk or a lock file that cannot be made: count as if the cache were down
             _outage.failed(exc)
             return None
-        # rag.redis_cache.ResilientFileCache does not raise: a write it could not do shows as unavailable
+        # infra.redis_cache.ResilientFileCache does not raise: a write it could not do shows as unavailable
         return result if getattr(self.backend, "available", True) else None
 
     def count(self, key, delta, timeout, *, now, refresh=False) -> int | None:

@@ -7,10 +7,10 @@ timeouts, no retries, and after a failure the cache does not try Redis again for
 stalled Redis costs one timeout per few seconds and process, not one per call. Code that must fail closed
 without Redis (anonymous generation's limits) asks `available()` first.
 
-The limits' counters (rag/limits.py) run here as one Lua script each, so a count is one atomic step on Redis:
+The limits' counters (infra/limits.py) run here as one Lua script each, so a count is one atomic step on Redis:
 `count` (INCRBY, with the expiry set when the counter is created) and `window_hit` (a moving window log in a
 sorted set: drop what left the window, refuse when full, else add). `redis_client` and `Outage` give other
-Redis users (rag/capacity.py) the same timeouts and the same "stop asking for a while" after a failure.
+Redis users (infra/capacity.py) the same timeouts and the same "stop asking for a while" after a failure.
 """
 
 from __future__ import annotations
