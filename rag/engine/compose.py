@@ -433,8 +433,11 @@ class Composer:
                 if hit.chunk.member and hit.source != "structure" and self.related(tokens, hit.chunk):
                     add(position)
             if not plan.pasted_error:
+                # A question asking a value ("how many", "the default") is answered first by a section that states
+                # one: a section stating none cannot answer it, however many of its words it shares.
                 scores = dict(zip(chosen, self.covering_scores(tokens, [hits[p] for p in chosen], intent)))
-                chosen[:] = sorted(chosen, key=lambda p: -scores[p])
+                chosen[:] = sorted(chosen, key=lambda p: (not (intent.value and self.states_value(hits[p].chunk)),
+                                                          -scores[p]))
         if intent.change and not intent.read:
             # A getter gives way to its setter; a property keeps its place (its value) and its setter follows.
             swapped: list[int] = []
@@ -482,6 +485,12 @@ class Composer:
         to be called `view`."""
         scores = self.covering_scores(tokens, hits, intent)
         return max(range(len(hits)), key=lambda i: (scores[i], -i)) if hits else 0
+
+    @staticmethod
+    def states_value(chunk) -> bool:
+        """Whether a section states a value: a number in its text, or a default."""
+        text = read_section(chunk).sentences
+        return any(re.search(r"\d", sentence) or DEFAULT_RE.search(sentence) for sentence in text)
 
     @staticmethod
     def related(tokens: list[str], chunk) -> bool:

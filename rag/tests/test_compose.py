@@ -196,3 +196,14 @@ def test_a_how_to_answer_leads_with_the_section_that_shows_what_to_run():
     result = answer(question, [describes, shows])
 
     assert result.text.startswith("**Cli.key_command**")
+
+
+def test_a_question_asking_a_value_leads_with_a_section_that_states_one():
+    wordy = hit("Archive", "listing", "### .listing\n\nThe archive listing shows each stored snapshot version, its "
+                "snapshot time and whether the stored files changed since.", group="Pages")
+    stating = hit("Archive", "retention", "### .retention\n\nThe newest versions are kept: 7 by default.", group="Pages")
+    question = "How many stored snapshot versions are kept?"
+
+    answer = Composer().run(question, plan(question), [wordy, stating], confidence="medium")
+
+    assert answer.text.index("Archive.retention") < answer.text.index("Archive.listing")

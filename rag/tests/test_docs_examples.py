@@ -43,7 +43,8 @@ EXPECTED: dict[str, str | tuple[tuple[str, str], ...]] = {
     "Configuration RAG_KEEP_VERSIONS default": (("configuration.md", "RAG_KEEP_VERSIONS"),),
     "Configuraton RAG_KEEP_VERSIONS": (("configuration.md", "RAG_KEEP_VERSIONS"),),
     "How many index versions are kept?": (("configuration.md", "RAG_KEEP_VERSIONS"),
-                                          ("retrieval.md", "version_retention")),
+                                          ("retrieval.md", "version_retention"),
+                                          ("overview.md", "index_versions")),  # "The newest 5 … are kept"
     "RAG_KEEP_VERSIONS 默认值是多少": (("configuration.md", "RAG_KEEP_VERSIONS"),),
     "Configuration RAG_KEEP_VERSIONS 默认值": (("configuration.md", "RAG_KEEP_VERSIONS"),),
     "默认保留几个索引版本？": (("configuration.md", "RAG_KEEP_VERSIONS"), ("retrieval.md", "version_retention")),
