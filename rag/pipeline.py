@@ -49,14 +49,13 @@ class Engine:
     chooser: ConstrainedChooser | None = None  # constrained generation (CG_RAG) with a generation model; None: off
     enhancer: QueryRewriter | None = None  # search keywords asked of the model on request (seed 002's enhanced search)
     routes: tuple[Route, ...] = field(default_factory=load_routes)  # what every search runs (RAG_ENGINE["ROUTES"])
-    weighted: WeightedSearcher | None = None  # the retrieval APIs' ranking, over the same vectors and rerankers
+    weighted: WeightedSearcher = field(init=False)  # the retrieval APIs' ranking, over the same vectors and rerankers
     active: dict = field(default_factory=dict)  # kb -> the version questions here were last served from as active
     failures: dict = field(default_factory=dict)  # (kb, version) -> (monotonic time, message) of a failed open
 
     def __post_init__(self) -> None:
-        if self.weighted is None:
-            self.weighted = WeightedSearcher(queries=self.queries, rerankers=self.rerankers,
-                                             rerank_candidates=self.rerank_candidates)
+        self.weighted = WeightedSearcher(queries=self.queries, rerankers=self.rerankers,
+                                         rerank_candidates=self.rerank_candidates)
 
     def reader(self, kb: str, version: str) -> VersionReader:
         """The open reader of a version, opened on first use; raise IndexError_ when it does not open (missing,

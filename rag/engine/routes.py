@@ -83,10 +83,7 @@ class Query:
     def nearest(self) -> tuple[list[int], list[float]]:
         """The `depth` chunks nearest the question and their cosines, best first."""
         if self._nearest is None:
-            vector = self.vector()
-            self._scores = self.reader.dense_scores(vector)
-            self._nearest = (top_positions(self._scores, self.depth) if self._scores is not None
-                             else self.reader.dense_search(vector, self.depth))  # too many vectors to hold
+            self._scores, self._nearest = nearest_chunks(self.reader, self.vector(), self.depth)
         return self._nearest
 
     @property
@@ -224,12 +221,9 @@ class DenseRewriteRoute:
     def run(self, query: Query) -> Iterator[Ranking]:
         if not query.keywords:
             return
-        reader = query.reader
         vector, _ = query.queries.embed_query(query.keywords)
-        scores = reader.dense_scores(vector)
-        ids, values = (top_positions(scores, query.depth) if scores is not None
-                       else reader.dense_search(vector, query.depth))
-        yield make_ranking(RouteKind.DENSE_REWRITE, ids, values, reader)
+        _, (ids, values) = nearest_chunks(query.reader, vector, query.depth)
+        yield make_ranking(RouteKind.DENSE_REWRITE, ids, values, query.reader)
 
 
 class Bm25RewriteRoute:
@@ -261,6 +255,13 @@ def load_routes(paths: Iterable[str] = DEFAULT_ROUTES) -> tuple[Route, ...]:
         except (ImportError, AttributeError, ValueError) as exc:
             raise ValueError(f"route {path!r} does not import: {exc}") from exc
     return tuple(routes)
+
+
+def nearest_chunks(reader: VersionReader, vector: np.ndarray, depth: int):
+    """Every chunk's cosine with `vector` (None for a version searched through LanceDB's ANN index), and the `depth`
+    nearest chunks with their cosines, best first: exactly in memory, else through the ANN index."""
+    scores = reader.dense_scores(vector)
+    return scores, (top_positions(scores, depth) if scores is not None else reader.dense_search(vector, depth))
 
 
 def _found(kind: RouteKind, scores: np.ndarray, mask: np.ndarray, query: Query, within: str = "") -> Iterator[Ranking]:

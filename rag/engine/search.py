@@ -13,6 +13,8 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
+import numpy as np
+
 from .adopt import Adopter
 from .chunk import CHANGELOG
 from .complete import Completer
@@ -112,7 +114,7 @@ class Searcher:
 
         dense_scores = query.dense_scores() if query.embedded else None
         with _timed(timings, "adopt"):
-            hits = self._adopt(query, fused, excluded, mode, options.top_k)
+            hits = self._adopt(query, fused, excluded, dense_scores, options.top_k)
             if reranked is not None and reranked.backend != "none":
                 hits = _marked_reranked(hits, reranked)
         if options.complete and self.completer is not None and hits:
@@ -186,12 +188,12 @@ class Searcher:
         placed = {i for i, _ in order}
         return order + [pair for pair in fused if pair[0] not in placed], result
 
-    def _adopt(self, query: Query, fused: list[tuple[int, float]], excluded: set[int], mode: str,
-               top_k: int | None) -> tuple[Hit, ...]:
-        """Adopt the evidence from the fused positions; each hit's raw score is its cosine, else its BM25 score."""
+    def _adopt(self, query: Query, fused: list[tuple[int, float]], excluded: set[int],
+               dense_scores: np.ndarray | None, top_k: int | None) -> tuple[Hit, ...]:
+        """Adopt the evidence from the fused positions; each hit's raw score is its cosine (`dense_scores`, when the
+        vector side ran), else its BM25 score."""
         reader, plan = self.reader, query.plan
         adopter = self.adopter if top_k is None else replace(self.adopter, single=top_k)
-        dense_scores = query.dense_scores() if query.embedded else None
         classes = list(plan.classes)
         order = [i for i, _ in fused]
         if len(classes) >= 2 and dense_scores is not None:

@@ -19,7 +19,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 import numpy as np
-from django.conf import settings
 
 from infra.errors import ServiceError
 from rag.engine.types import Hit, Plan, Ranking, RouteKind, SearchResult, Usage
