@@ -31,7 +31,7 @@ LIMIT_VALIDATORS = (MaxLengthValidator, MinLengthValidator, MaxValueValidator, M
 # Shows at least one character (not only white space, control or format characters), no NUL: the question
 # service's rule, as a pattern.
 QUESTION_PATTERN = RegexValidator(QUESTION_REGEX)
-KB_PATTERN = RegexValidator(r"^[-a-z0-9_]+$")  # a slug (slugify keeps these characters)
+KB_PATTERN = RegexValidator(r"^[-a-z0-9_]+(@[A-Za-z0-9][A-Za-z0-9._-]*)?$")  # a slug, or slug@sdk-version
 NO_NUL = RegexValidator(r"^[^\u0000]*$")  # the service refuses a NUL in any value (its code names the field)
 
 
@@ -86,7 +86,12 @@ class AskInput(serializers.Serializer):
                   "characters such as zero-width spaces) and hold no NUL character (else 400 `invalid_question`); over "
                   f"{LIMITS.question_chars} characters is 400 `question_too_long`.")
     kb = StrictCharField(min_length=1, max_length=LIMITS.kb_chars, validators=[KB_PATTERN], required=False,
-                         help_text="Knowledge base slug (default: the site's default knowledge base).")
+                         help_text="Knowledge base slug (default: the site's default knowledge base), or "
+                                   "`slug@version` for one SDK version.")
+    sdk_version = StrictCharField(min_length=1, max_length=32, required=False,
+                                  help_text="The SDK version to read (`2.0`, `latest`, an alias) when the knowledge "
+                                            "base holds several; default `latest`. One that is not indexed is 404 "
+                                            "`sdk_version_not_found` with the indexed ones in `details.versions`.")
     exclude = ListField(child=StrictCharField(min_length=1, max_length=LIMITS.chunk_id_chars, validators=[NO_NUL]),
                         required=False,
                         max_length=LIMITS.exclude, help_text="chunk ids not to use")
@@ -99,9 +104,10 @@ class SearchInput(AskInput):
 
 BAD_QUESTION = ("`parse_error` (not JSON), `invalid_request` (a body of the wrong shape, with `fields`), or the "
                 "question service's code for a bad value: `invalid_question`, `question_too_long`, `invalid_kb`, "
-                "`invalid_exclude`")
+                "`invalid_sdk_version`, `invalid_exclude`")
 QUESTION_ERRORS = {
-    404: error_response("`kb_not_found`: no knowledge base with this slug."),
+    404: error_response("`kb_not_found`: no knowledge base with this slug; `sdk_version_not_found`: the knowledge "
+                        "base has no such SDK version (the indexed ones are in `details.versions`)."),
     409: error_response("`no_active_version`: the knowledge base has no index yet."),
     415: error_response("`unsupported_media_type`: the body is not `application/json`."),
     500: error_response("`internal_error`: the request failed on the server (it is recorded)."),

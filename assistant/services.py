@@ -25,7 +25,7 @@ from rag.services.questions import (
     question_answer,
     question_search,
 )
-from rag.shapes import cited_chunks, search_as_dict
+from rag.shapes import cited_chunks, sdk_version_as_dict, search_as_dict
 
 
 def token_pool_today() -> TokenPool:
@@ -89,24 +89,25 @@ class WebTokenPool:
                 share.settle(settlement.actual)
 
 
-def _request(*, question, kb, top_k=None, exclude=(), client: Client | None = None) -> QuestionRequest:
-    return QuestionRequest(question=question, kb=kb, top_k=top_k, exclude=exclude, channel=Channel.WEB,
-                           meter=WebTokenPool(client))
+def _request(*, question, kb, sdk_version=None, top_k=None, exclude=(), client: Client | None = None) -> QuestionRequest:
+    return QuestionRequest(question=question, kb=kb, sdk_version=sdk_version, top_k=top_k, exclude=exclude,
+                           channel=Channel.WEB, meter=WebTokenPool(client))
 
 
-def web_search(*, question, kb: str | None = None, top_k: int | None = None, exclude=(),
-               client: Client | None = None) -> dict:
+def web_search(*, question, kb: str | None = None, sdk_version: str | None = None, top_k: int | None = None,
+               exclude=(), client: Client | None = None) -> dict:
     """Search the docs for the web page or /api/search (within `client`'s rate limit when given)."""
     with _limited("search", client):  # a reply of `index_building` gives the count back
-        outcome = question_search(_request(question=question, kb=kb, top_k=top_k, exclude=exclude))
+        outcome = question_search(_request(question=question, kb=kb, sdk_version=sdk_version, top_k=top_k,
+                                           exclude=exclude))
     return {"request_id": outcome.request_id, **search_as_dict(outcome, top_k=top_k)}
 
 
 ANSWER_DEADLINE = ServiceError("answer_deadline", "The answer took too long and was stopped.", status=504)
 
 
-def web_chat(*, question, kb: str | None = None, exclude=(), client: Client | None = None,
-             client_left: Callable[[], bool] = lambda: False) -> dict:
+def web_chat(*, question, kb: str | None = None, sdk_version: str | None = None, exclude=(),
+             client: Client | None = None, client_left: Callable[[], bool] = lambda: False) -> dict:
     """Answer a question for /api/chat: `{answer, citations, confidence, degraded, mode, request_id, usage, …}`.
 
     The answer has RAG_CHAT_DEADLINE_SECONDS in all. It is read from the model's stream, so that when the deadline
@@ -118,21 +119,21 @@ def web_chat(*, question, kb: str | None = None, exclude=(), client: Client | No
         return client_left() or time.monotonic() >= ends_at
 
     with _limited("chat", client):
-        for event in _answer(_request(question=question, kb=kb, exclude=exclude, client=client), stream=True,
-                             cancelled=cancelled):
+        for event in _answer(_request(question=question, kb=kb, sdk_version=sdk_version, exclude=exclude,
+                                      client=client), stream=True, cancelled=cancelled):
             if isinstance(event, FinalEvent):
                 return chat_as_dict(event.outcome)
     raise ANSWER_DEADLINE  # the answer stopped unfinished: past its deadline, or its client left
 
 
-def web_chat_stream(*, question, kb: str | None = None, exclude=(), client: Client | None = None,
-                    cancelled=lambda: False):
+def web_chat_stream(*, question, kb: str | None = None, sdk_version: str | None = None, exclude=(),
+                    client: Client | None = None, cancelled=lambda: False):
     """Yield the chat page's events as dicts: plan, retrieval, token…, final (the /api/chat object), error.
     With a `client`, the question counts against its WebSocket message limit first."""
     try:
         with _limited("ws_message", client):
-            yield from _chat_frames(_answer(_request(question=question, kb=kb, exclude=exclude, client=client),
-                                            stream=True, cancelled=cancelled))
+            yield from _chat_frames(_answer(_request(question=question, kb=kb, sdk_version=sdk_version,
+                                                     exclude=exclude, client=client), stream=True, cancelled=cancelled))
     except ServiceError as exc:
         yield error_frame(exc)
 
@@ -143,7 +144,7 @@ def _chat_frames(events):
         if isinstance(event, RetrievalEvent):
             search = event.search
             yield {"type": "plan", "request_id": search.request_id, "kb": search.kb, "version": search.version,
-                   "built_at": search.built_at, "source_revision": search.source_revision,
+                   **sdk_version_as_dict(search), "built_at": search.built_at, "source_revision": search.source_revision,
                    "plan": search.result.plan.as_dict()}
             yield {"type": "retrieval", "request_id": search.request_id,
                    "results": search_as_dict(search, top_k=None)["results"]}
@@ -207,6 +208,7 @@ def chat_as_dict(outcome: AnswerOutcome) -> dict:
         "usage": answer.usage.as_dict(),
         "kb": outcome.kb,
         "version": outcome.version,
+        **sdk_version_as_dict(outcome),
         "built_at": outcome.built_at,  # the docs as of: when the version was built, and from which revision
         "source_revision": outcome.source_revision,
         "plan": outcome.result.plan.as_dict(),

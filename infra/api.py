@@ -28,6 +28,8 @@ class ErrorSerializer(serializers.Serializer):
     message = serializers.CharField(help_text="For people; the wording may change.")
     request_id = serializers.CharField(required=False, help_text="The request record of a failed question.")
     fields = serializers.DictField(required=False, help_text="Per field, what is wrong (`invalid_request` only).")
+    details = serializers.DictField(required=False, help_text="What a program needs to act on the error, e.g. the "
+                                                               "SDK versions that are indexed (`sdk_version_not_found`).")
 
 
 ERROR = ErrorSerializer

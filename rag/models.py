@@ -46,11 +46,25 @@ class KnowledgeBase(models.Model):
     active_version = models.ForeignKey(
         "IndexVersion", null=True, blank=True, on_delete=models.SET_NULL, related_name="active_for"
     )
+    # SDK versions (issue 32): one version of an SDK's docs is a knowledge base of its own (its source, builds,
+    # gate and rollback), named `<sdk>@<version>` and tied to the SDK's knowledge base here.
+    sdk = models.ForeignKey("self", null=True, blank=True, on_delete=models.CASCADE, related_name="sdk_versions",
+                            help_text="The SDK this knowledge base is one version of; empty for an SDK itself")
+    sdk_version = models.CharField(max_length=32, blank=True,
+                                   help_text="The version as the SDK writes it (1.4, 2.0.0-beta.3, r160), never "
+                                             "rewritten")
+    sdk_aliases = models.JSONField(default=list, blank=True,
+                                   help_text='Other names this version answers to, e.g. ["stable", "lts"]; '
+                                             '"latest" here takes it from the newest release')
+    sdk_order = models.IntegerField(default=0, help_text="The version's place among its SDK's versions when their "
+                                                         "names are not release numbers (r160, a codename)")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         ordering = ["slug"]
+        constraints = [models.UniqueConstraint(fields=["sdk", "sdk_version"], condition=models.Q(sdk__isnull=False),
+                                               name="kb_sdk_version_unique")]
 
     def __str__(self) -> str:
         return self.slug
@@ -170,6 +184,9 @@ class IndexVersion(models.Model):
     timings = models.JSONField(default=dict, blank=True)
     pages_skipped = models.JSONField(default=list, blank=True,
                                      help_text="Pages that yielded nothing to index: [{path, reason}]")
+    api_catalog = models.JSONField(default=dict, blank=True,
+                                   help_text="The classes and members this build documents, with each member's "
+                                             "signature and description hash: what SDK versions are compared by")
     error = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True, help_text="Last sign of life of a running build")

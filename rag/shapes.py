@@ -46,6 +46,13 @@ def hit_as_dict(hit: Hit, *, kb: str, version: str) -> dict:
     }
 
 
+def sdk_version_as_dict(outcome: SearchOutcome | AnswerOutcome) -> dict:
+    """Which SDK version was read (null for a knowledge base without versions), and what the question named that
+    this version lacks and another documents: every face shows both."""
+    return {"sdk_version": outcome.sdk_version or None,
+            "version_notes": [note.as_dict() for note in outcome.version_notes]}
+
+
 def search_as_dict(outcome: SearchOutcome | AnswerOutcome, *, top_k: int | None) -> dict:
     result = outcome.result
     return {
@@ -54,6 +61,7 @@ def search_as_dict(outcome: SearchOutcome | AnswerOutcome, *, top_k: int | None)
         "top_k": top_k if top_k is not None else 5,
         "kb": outcome.kb,
         "version": outcome.version,
+        **sdk_version_as_dict(outcome),
         "built_at": outcome.built_at,  # which docs were read: when the version was built and from which revision
         "source_revision": outcome.source_revision,
         "results": [hit_as_dict(h, kb=outcome.kb, version=outcome.version) for h in result.hits],

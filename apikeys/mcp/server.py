@@ -19,7 +19,7 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 from pydantic.fields import FieldInfo
 
-from apikeys.mcp.service import Caller, mcp_ask, mcp_search, tool_names
+from apikeys.mcp.service import Caller, mcp_ask, mcp_list_versions, mcp_search, tool_names
 from infra.errors import ServiceError
 from rag.services import LIMITS
 
@@ -27,6 +27,8 @@ SLUG_PATTERN = re.compile(r"[a-z0-9][a-z0-9_]{0,31}")
 SCOPE_CALLER = "rag.mcp.caller"  # the HTTP gate puts the authenticated Caller in the ASGI scope under this key
 # ... and the calls it admitted on the key (apikeys.services.KeyCall), by JSON-RPC id, under this one
 SCOPE_KEY_CALLS = "rag.mcp.key_calls"
+VERSION_HELP = ("The SDK version to read (`2.0`, `latest`, an alias), when the knowledge base holds several; default: "
+                "latest. One that is not indexed fails with sdk_version_not_found naming those that are.")
 
 
 class Chunk(BaseModel):
@@ -58,8 +60,40 @@ class SearchOutput(BaseModel):
     index_built_at: str | None = Field(description="When that version was built (ISO 8601)")
     source_revision: str = Field(default="", description="The git commit or website crawl the version was built "
                                                          "from; empty for a folder of the server")
+    sdk_version: str | None = Field(default=None, description="The SDK version read; null for a knowledge base "
+                                                              "without versions")
+    version_notes: list[VersionNote] = Field(default_factory=list)
     plan: Plan
     results: list[Chunk]
+
+
+class VersionNote(BaseModel):
+    """An API name the question writes that the version read does not document, and where it is documented."""
+
+    name: str
+    asked: str = Field(description="The SDK version asked about")
+    kind: str = Field(description="added (in a later version), removed (only in earlier ones), or elsewhere")
+    versions: list[str] = Field(description="The versions that document it, oldest first")
+    since: str = Field(description="added: the first version with it; removed: the first version without it")
+    replacement: str = Field(description="removed: what it was renamed to, when the versions' diff found it")
+    documented_as: str = Field(description="Class.member in the nearest version that documents it")
+
+
+class SdkVersion(BaseModel):
+    version: str
+    kb: str = Field(description="The version's own knowledge base (`slug@version`)")
+    aliases: list[str]
+    index_version: str | None
+    built_at: str | None
+    source_revision: str
+    changes: dict[str, int] | None = Field(description="Classes and members added, removed, renamed and with a new "
+                                                       "signature since the version before; null for the first")
+
+
+class VersionsOutput(BaseModel):
+    kb: str
+    default: str | None = Field(description="The version read when none is asked (`latest`)")
+    versions: list[SdkVersion] = Field(description="Oldest first; empty for a knowledge base without versions")
 
 
 class Citation(BaseModel):
@@ -85,6 +119,8 @@ class AskOutput(BaseModel):
     index_version: str
     index_built_at: str | None
     source_revision: str = ""
+    sdk_version: str | None = None
+    version_notes: list[VersionNote] = Field(default_factory=list)
     answer: str
     confidence: str = Field(description="high, medium, low or none")
     degraded: bool = Field(description="True when the model was unavailable and the answer is extractive")
@@ -139,9 +175,19 @@ async def _run(function, ctx: Context, **kwargs) -> dict:
         raise ToolError(f"{exc.code}: {exc.message}") from exc
 
 
+def _read_from(data: dict) -> str:
+    version = f" (SDK version {data['sdk_version']})" if data.get("sdk_version") else ""
+    return f"Knowledge base {data['kb']}{version}, index {data['index_version']} (built {data['index_built_at']})."
+
+
+def _notes(data: dict) -> str:
+    return "".join(f"\nNote: {note['name']} is not in {note['asked']}; documented in {', '.join(note['versions'])}"
+                   + (f" (replaced by {note['replacement']})" if note["replacement"] else "") + "."
+                   for note in data.get("version_notes") or ())
+
+
 def render_search(data: dict) -> str:
-    head = (f"Knowledge base {data['kb']}, index {data['index_version']} (built {data['index_built_at']}). "
-            f"{len(data['results'])} result(s) for: {data['question']}")
+    head = f"{_read_from(data)} {len(data['results'])} result(s) for: {data['question']}{_notes(data)}"
     if not data["results"]:
         plan = data["plan"]
         why = {"chitchat": "the question is not about the documentation",
@@ -160,7 +206,7 @@ def render_ask(data: dict) -> str:
     lines = [data["answer"] or "(no answer)", "",
              f"Confidence: {data['confidence']}" + (" (degraded: no generation model)" if data["degraded"] else "")
              + (f"; {data['reason']}" if data["reason"] else ""),
-             f"Knowledge base {data['kb']}, index {data['index_version']} (built {data['index_built_at']})."]
+             _read_from(data)]
     if data["citations"]:
         lines.append("Sources:")
         lines.extend(f"[{c['number']}] {c['source']} › {c['heading_path']} (chunk {c['chunk_id']})"
@@ -197,8 +243,10 @@ def build_server(*, transport: str = "http") -> MCPServer:
         top_k: Annotated[Any, _schema("How many chunks (1-50; default 5)", type="integer", minimum=1,
                                       maximum=LIMITS.top_k)] = None,
         kb: Annotated[Any, _schema("Knowledge base slug; default: the deployment's", type="string")] = None,
+        sdk_version: Annotated[Any, _schema(VERSION_HELP, type="string", maxLength=32)] = None,
     ) -> Annotated[CallToolResult, SearchOutput]:
-        data = await _run(mcp_search, ctx, caller=_caller(ctx, transport), question=question, top_k=top_k, kb=kb)
+        data = await _run(mcp_search, ctx, caller=_caller(ctx, transport), question=question, top_k=top_k, kb=kb,
+                          sdk_version=sdk_version)
         return CallToolResult(content=[TextContent(type="text", text=render_search(data))], structured_content=data)
 
     async def ask_docs(
@@ -208,12 +256,28 @@ def build_server(*, transport: str = "http") -> MCPServer:
         exclude: Annotated[Any, _schema("Chunk ids to leave out of the evidence", type="array",
                                         items={"type": "string"}, maxItems=LIMITS.exclude)] = None,
         kb: Annotated[Any, _schema("Knowledge base slug; default: the deployment's", type="string")] = None,
+        sdk_version: Annotated[Any, _schema(VERSION_HELP, type="string", maxLength=32)] = None,
     ) -> Annotated[CallToolResult, AskOutput]:
-        data = await _run(mcp_ask, ctx, caller=_caller(ctx, transport), question=question, exclude=exclude, kb=kb)
+        data = await _run(mcp_ask, ctx, caller=_caller(ctx, transport), question=question, exclude=exclude, kb=kb,
+                          sdk_version=sdk_version)
+
+    async def list_versions(
+        ctx: Context,
+        kb: Annotated[Any, _schema("Knowledge base slug; default: the deployment's", type="string")] = None,
+    ) -> Annotated[CallToolResult, VersionsOutput]:
+        data = await _run(mcp_list_versions, ctx, kb=kb)
+        lines = [f"{data['kb']}: " + (f"default {data['default']}" if data["versions"] else "no SDK versions")]
+        lines += [f"- {v['version']}" + (f" ({', '.join(v['aliases'])})" if v["aliases"] else "")
+                  + (f": {v['changes']}" if v["changes"] else "") for v in data["versions"]]
+        return CallToolResult(content=[TextContent(type="text", text="\n".join(lines))], structured_content=data)
         return CallToolResult(content=[TextContent(type="text", text=render_ask(data))], structured_content=data)
 
     server.add_tool(search_docs, name=search_name, title=f"Search {product} docs", description=search_description,
                     annotations=read_only)
     server.add_tool(ask_docs, name=ask_name, title=f"Ask {product} docs", description=ask_description,
                     annotations=read_only)
+    server.add_tool(list_versions, name=f"list_{slug}_versions", title=f"{product} SDK versions",
+                    description=f"List the SDK versions of {product}'s documentation that can be asked (pass one as "
+                                f"`sdk_version` to {search_name} or {ask_name}), with their aliases and what "
+                                f"changed from the version before.", annotations=read_only)
     return server

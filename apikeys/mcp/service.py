@@ -12,9 +12,10 @@ from apikeys.services import KeyCall
 from infra.errors import ServiceError
 from rag.models import Channel, RequestRecord
 from rag.services.questions import Caller, QuestionRequest, question_answer, question_refused, question_search
-from rag.shapes import cited_chunks, hit_as_dict
+from rag.services.sdk import sdk_versions_listed
+from rag.shapes import cited_chunks, hit_as_dict, sdk_version_as_dict
 
-__all__ = ["Caller", "mcp_ask", "mcp_refusal_record", "mcp_search", "tool_names"]
+__all__ = ["Caller", "mcp_ask", "mcp_list_versions", "mcp_refusal_record", "mcp_search", "tool_names"]
 
 
 def tool_names() -> tuple[str, str]:
@@ -49,12 +50,18 @@ def _refuse_nul(request: QuestionRequest, kind: str) -> None:
             raise error
 
 
-def mcp_search(*, caller: Caller, question, top_k=None, kb=None, key_call: KeyCall | None = None) -> dict:
+def _arguments(sdk_version, **arguments) -> dict:
+    """A call's arguments as recorded (a replay asks the same): the SDK version only when one was given."""
+    return {**arguments, "sdk_version": sdk_version} if sdk_version is not None else arguments
+
+
+def mcp_search(*, caller: Caller, question, top_k=None, kb=None, sdk_version=None,
+               key_call: KeyCall | None = None) -> dict:
     """Search the documentation for one tool call; return the result as a plain dict (see `SearchOutput`)."""
     tool = tool_names()[0]
-    arguments = {"question": question, "top_k": top_k, "kb": kb or settings.RAG_DEFAULT_KB}
+    arguments = _arguments(sdk_version, question=question, top_k=top_k, kb=kb or settings.RAG_DEFAULT_KB)
     with _settling(key_call):
-        request = _request(caller, tool, arguments, question=question, top_k=top_k, kb=kb)
+        request = _request(caller, tool, arguments, question=question, top_k=top_k, kb=kb, sdk_version=sdk_version)
         _refuse_nul(request, RequestRecord.Kind.SEARCH)
         outcome = question_search(request)
     return {
@@ -66,13 +73,15 @@ def mcp_search(*, caller: Caller, question, top_k=None, kb=None, key_call: KeyCa
     }
 
 
-def mcp_ask(*, caller: Caller, question, exclude=None, kb=None, key_call: KeyCall | None = None) -> dict:
+def mcp_ask(*, caller: Caller, question, exclude=None, kb=None, sdk_version=None,
+            key_call: KeyCall | None = None) -> dict:
     """Answer a question from the documentation for one tool call (see `AskOutput`)."""
     tool = tool_names()[1]
     exclude = [] if exclude is None else exclude
-    arguments = {"question": question, "exclude": exclude, "kb": kb or settings.RAG_DEFAULT_KB}
+    arguments = _arguments(sdk_version, question=question, exclude=exclude, kb=kb or settings.RAG_DEFAULT_KB)
     with _settling(key_call) as call:
-        request = _request(caller, tool, arguments, question=question, exclude=exclude, kb=kb)
+        request = _request(caller, tool, arguments, question=question, exclude=exclude, kb=kb,
+                           sdk_version=sdk_version)
         _refuse_nul(request, RequestRecord.Kind.CHAT)
         outcome = question_answer(request)
         if call is not None:
@@ -102,9 +111,17 @@ def mcp_refusal_record(*, caller: Caller, tool: str, arguments: dict, error: Ser
                               kb=kb if isinstance(kb, str) else None), kind=kind, error=error)
 
 
+def mcp_list_versions(*, kb=None, key_call: KeyCall | None = None) -> dict:
+    """The SDK versions a knowledge base holds, for the list-versions tool (see `VersionsOutput`)."""
+    slug = kb if kb is not None else settings.RAG_DEFAULT_KB
+    if not isinstance(slug, str) or "\x00" in slug:
+        raise ServiceError("invalid_kb", "kb must be the slug of a knowledge base.")
+    return sdk_versions_listed(slug)
+
+
 def _provenance(outcome) -> dict:
     return {"kb": outcome.kb, "index_version": outcome.version, "index_built_at": outcome.built_at,
-            "source_revision": outcome.source_revision}
+            "source_revision": outcome.source_revision, **sdk_version_as_dict(outcome)}
 
 
 def _plan_summary(plan) -> dict:

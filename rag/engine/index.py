@@ -66,7 +66,8 @@ class BuildReport:
 
 
 def table_name(kb: str, version: str) -> str:
-    return f"{kb}__{version}"
+    """LanceDB's table of a version: an SDK version's `three@2.0` is written `three.2.0` (a slug holds no dot)."""
+    return f"{kb.replace('@', '.')}__{version}"
 
 
 def _connect(uri: str, storage_options: dict | None = None):

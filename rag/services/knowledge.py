@@ -19,6 +19,7 @@ from infra.errors import ServiceError
 from infra.queue import enqueue
 from rag.engine.chunk import chunk_documents
 from rag.engine.index import IndexError_
+from rag.engine.sdk import api_catalog
 from rag.engine.ingest import (HTML_SUFFIXES, IngestError, folder_hashes, front_matter_labels, read_document,
                                read_folder, skipped_pages, storable)
 from rag.engine.text import sha1
@@ -75,13 +76,20 @@ def kb_get_current(slug: str) -> KnowledgeBase:
     return knowledge_base
 
 
-def kb_ensure(*, slug: str, source_dir: str | None = None, language: str | None = None) -> KnowledgeBase:
-    """Return the knowledge base, creating it (or updating its source folder) as asked."""
+def kb_ensure(*, slug: str, source_dir: str | None = None, language: str | None = None,
+              sdk: KnowledgeBase | None = None, sdk_version: str = "", create_empty: bool = False) -> KnowledgeBase:
+    """Return the knowledge base, creating it (or updating its source folder) as asked.
+
+    `sdk` and `sdk_version` create one version of an SDK (`three@2.0`, rag.services.sdk); `create_empty` an SDK
+    that has no pages of its own, only versions."""
     from django.utils.text import slugify
 
-    if not slug or slugify(slug) != slug:
+    own_slug = slug.partition("@")[0] if sdk is not None else slug
+    if not own_slug or slugify(own_slug) != own_slug:
         raise ServiceError("invalid_kb_slug", "A knowledge base slug uses lowercase letters, digits and dashes.")
     kb = KnowledgeBase.objects.filter(slug=slug).first()
+    if kb is None and create_empty and not source_dir:
+        return KnowledgeBase.objects.create(slug=slug, name=slug, language=language or "mixed", source_dir="")
     source_url = site = ""
     if is_remote(source_dir):  # a git repository or a website: its copy in the data folder is the source folder
         parsed = source_check(source_dir)
@@ -94,7 +102,7 @@ def kb_ensure(*, slug: str, source_dir: str | None = None, language: str | None 
                                status=404)
         return KnowledgeBase.objects.create(slug=slug, name=slug, language=language or "mixed", source_url=source_url,
                                             source_dir=source_dir if source_url else kb_source_check(source_dir),
-                                            base_url=site)
+                                            base_url=site, sdk=sdk, sdk_version=sdk_version)
     changed = []
     if source_url and source_url != kb.source_url:
         kb.source_url, kb.source_dir, kb.source_revision = source_url, source_dir, ""
@@ -260,6 +268,9 @@ def index_build(kb: KnowledgeBase, *, progress=None, activate: bool = True,
     else:  # claim the queued version: a build whose process is gone is known at once (_builder_gone)
         version.builder = this_builder()
         version.save(update_fields=["builder"])
+    if not kb.source_dir:
+        raise ServiceError("source_not_found", f"{kb.slug} has no pages of its own: it holds SDK versions; build one "
+                                               f"with `rag reindex --kb {kb.slug} --sdk-version V`.")
     try:
         revision = source_sync(kb, progress=sync_progress) if kb.source_url and sync else kb.source_revision
         documents = read_folder(_allowed_folder(kb.source_dir))  # a folder changed in the database is checked too
@@ -287,7 +298,8 @@ def index_build(kb: KnowledgeBase, *, progress=None, activate: bool = True,
     for chunk in chunks:
         counts[chunk.source] = counts.get(chunk.source, 0) + 1
     version.pages_skipped = pages_skipped(documents, counts)
-    version.save(update_fields=["pages_skipped"])
+    version.api_catalog = api_catalog(chunks)  # what an SDK version is compared with its neighbours by
+    version.save(update_fields=["pages_skipped", "api_catalog"])
     if not chunks:
         reasons = sorted({page["reason"] for page in version.pages_skipped})
         message = (f"None of the {len(documents)} pages of {kb.source_dir} yields text to index "

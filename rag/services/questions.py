@@ -23,6 +23,7 @@ from infra.errors import ServiceError
 from rag.engine.constrained import Candidate, Choice, ChoiceError, answer_pieces
 from rag.engine.embed import EmbeddingBusy
 from rag.engine.generate import answer_without_model
+from rag.engine.sdk import VersionNote, is_chinese
 from rag.engine.search import MODES
 from rag.engine.types import Answer, Citation, Hit, SearchOptions, SearchResult, Token, Usage
 from rag.models import Channel, IndexVersion, RequestRecord
@@ -30,6 +31,7 @@ from rag.pipeline import get_engine
 from rag.retrieval_cache import retrieval_cache
 from rag.services.knowledge import BUILDING_RETRY_AFTER, aliases_for, building_message, index_building, kb_get_current
 from rag.services.profiles import Profile, profile_of
+from rag.services.sdk import kb_serving, version_notes
 from rag.services.records import (MAX_KB_CHARS, MAX_QUESTION_CHARS, VISIBLE_RE, new_request_id,
                                   request_record_write)
 
@@ -100,7 +102,8 @@ class QuestionRequest:
 
     question: object
     channel: Channel
-    kb: object = None  # a knowledge base slug; None: RAG_DEFAULT_KB
+    kb: object = None  # a knowledge base slug, or `sdk@version`; None: RAG_DEFAULT_KB
+    sdk_version: object = None  # an SDK version or alias of the knowledge base (rag.services.sdk); None: `latest`
     top_k: object = None  # results for a single-class question; None: the engine's default (5)
     mode: object = "hybrid"
     exclude: object = ()  # chunk ids the user disabled (E6)
@@ -131,6 +134,9 @@ class SearchOutcome:
     profile: Profile | None = None  # what served the search (its fingerprint)
     cached: SearchOutcome | None = None  # on a cache hit: the outcome as it was first computed
     source_revision: str = ""  # the git commit, or the website crawl, that version was built from; "" for a folder
+    sdk: str = ""  # the SDK whose version was read ("" for a knowledge base without versions)
+    sdk_version: str = ""  # the SDK version read: every face says which one it served
+    version_notes: tuple[VersionNote, ...] = ()  # API names asked that this version lacks and another documents
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +167,9 @@ class AnswerOutcome:
     generate_ms: float = 0.0
     latency_ms: float = 0.0
     source_revision: str = ""
+    sdk: str = ""
+    sdk_version: str = ""
+    version_notes: tuple[VersionNote, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,7 +244,7 @@ def _answer_whole(request: QuestionRequest) -> AnswerOutcome:
                                        list(search.result.hits))
                 if reservation is not None:
                     reservation.settle(answer.usage.total_tokens, model_called=answer.model_called)
-        return call.answered(search, answer, started)
+        return call.answered(search, _noted(answer, notes_text(search)), started)
 
 
 def _answer_events(request: QuestionRequest, cancelled: Callable[[], bool]) -> Iterator[AnswerEvent]:
@@ -249,6 +258,9 @@ def _answer_events(request: QuestionRequest, cancelled: Callable[[], bool]) -> I
         search = call.search()
         yield RetrievalEvent(search)
         started = time.perf_counter()
+        notes = notes_text(search)
+        if notes:  # what the asked version lacks comes first, whoever writes the rest
+            yield TokenEvent(notes)
         answer = _answer_without_model(request, search.result)
         if answer is None:
             generator = get_engine().generator
@@ -270,7 +282,17 @@ def _answer_events(request: QuestionRequest, cancelled: Callable[[], bool]) -> I
                     reservation.settle(answer.usage.total_tokens, model_called=answer.model_called)
         else:
             yield TokenEvent(answer.text)
-        yield FinalEvent(call.answered(search, answer, started))
+        yield FinalEvent(call.answered(search, _noted(answer, notes), started))
+
+
+def notes_text(search: SearchOutcome) -> str:
+    """The version notes as the answer's opening lines, in the question's language; "" when there are none."""
+    chinese = is_chinese(search.question)
+    return "\n\n".join(note.text(chinese) for note in search.version_notes) + ("\n\n" if search.version_notes else "")
+
+
+def _noted(answer: Answer, notes: str) -> Answer:
+    return replace(answer, text=notes + answer.text) if notes else answer
 
 
 def _answer_without_model(request: QuestionRequest, result: SearchResult) -> Answer | None:
@@ -447,7 +469,9 @@ class QuestionCall:
         request = self.request
         # An answer's evidence gets the sections its structure calls for (complete).
         question, options = _validated(request, complete=self.kind == Kind.CHAT)
-        knowledge_base = kb_get_current(self.kb)
+        served = kb_serving(self.kb, request.sdk_version)
+        self.kb = served.kb  # the record names the version read (`three@2.0`): traffic and failures per version
+        knowledge_base = kb_get_current(served.kb)
         row = version_of(knowledge_base, request.version)
         profile = profile_of(knowledge_base.slug, row) if request.cache else None
         # The profile names the version (and the models): a reindex never hits an old entry.
@@ -456,7 +480,8 @@ class QuestionCall:
         if cached is not None:
             self.result = cached.result
             return replace(cached, request_id=self.request_id, question=question,
-                           latency_ms=round(self.elapsed_ms(), 3), cached=cached)
+                           latency_ms=round(self.elapsed_ms(), 3), cached=cached,
+                           version_notes=version_notes(served, question))
         engine = get_engine()
         searcher = engine.searcher(knowledge_base.slug, row.name, aliases_for(knowledge_base))
         with held(request, "retrieval"):
@@ -469,7 +494,8 @@ class QuestionCall:
                                 built_at=row.built_at.isoformat() if row.built_at else None, result=result,
                                 latency_ms=round(self.elapsed_ms(), 3),
                                 candidates=_candidates(result, request.candidates), profile=profile,
-                                source_revision=row.source_revision)
+                                source_revision=row.source_revision, sdk=served.sdk, sdk_version=served.sdk_version,
+                                version_notes=version_notes(served, question))
         if key is not None:
             retrieval_cache().put(key, outcome)
         return outcome
@@ -479,7 +505,8 @@ class QuestionCall:
         outcome = AnswerOutcome(request_id=self.request_id, question=search.question, kb=search.kb, version=search.version,
                                 built_at=search.built_at, result=search.result, answer=answer,
                                 generate_ms=generate_ms, latency_ms=round(self.elapsed_ms(), 3),
-                                source_revision=search.source_revision)
+                                source_revision=search.source_revision, sdk=search.sdk,
+                                sdk_version=search.sdk_version, version_notes=search.version_notes)
         self.record(result=search.result, answer=answer, generate_ms=generate_ms)
         return outcome
 

@@ -30,7 +30,9 @@ from rag.services.knowledge import (
 )
 from rag.services.questions import MAX_TOP_K, QuestionRequest, question_answer, question_search
 from rag.services.release import index_build_gated
-from rag.shapes import citation_as_dict, context_text, search_as_dict, sources_of
+from rag.services.sdk import (kb_serving, sdk_changes, sdk_version_ensure, sdk_versions_diff, sdk_versions_listed,
+                              split_kb)
+from rag.shapes import citation_as_dict, context_text, sdk_version_as_dict, search_as_dict, sources_of
 
 ARGUMENTS_ERROR = "invalid_arguments"
 NOT_MIGRATED = ServiceError("database_not_migrated", "The database has no tables yet: run `python manage.py "
@@ -76,11 +78,19 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         self._errors_as_json(parser)
         sub = parser.add_subparsers(dest="action", required=True)
-        for name in ("status", "search", "context", "read", "reindex", "ask", "vectors"):
+        for name in ("status", "search", "context", "read", "reindex", "ask", "vectors", "versions"):
             p = sub.add_parser(name, help=f"rag {name}")
             self._errors_as_json(p)
             p.add_argument("--kb", default=None, help="knowledge base slug (default: RAG_DEFAULT_KB)")
             p.add_argument("--json", action="store_true", help="print JSON for programs and agents")
+            if name in ("search", "context", "read", "reindex", "ask"):
+                p.add_argument("--sdk-version", default=None,
+                               help="the SDK version (2.0, latest, an alias) of a knowledge base that holds several; "
+                                    "with reindex, the version to build (added with --source)")
+            if name == "versions":
+                p.add_argument("--diff", nargs=2, metavar=("OLDER", "NEWER"), default=None,
+                               help="list what changed between two versions (classes and members added, removed, "
+                                    "renamed, new signatures)")
             if name in ("search", "context", "ask"):
                 p.add_argument("question", help="the question" + ("; '-' reads one question per line from stdin"
                                                                    if name == "search" else ""))
@@ -100,6 +110,9 @@ class Command(BaseCommand):
                 p.add_argument("--if-changed", action="store_true", help="skip the build when nothing changed")
                 p.add_argument("--gate", action="store_true",
                                help="activate the new version only if the golden sets for this kb pass on it")
+                p.add_argument("--sdk-alias", action="append", default=None,
+                               help="with --sdk-version: another name the version answers to (repeatable; "
+                                    "`latest` takes that alias from the newest release)")
                 p.add_argument("--background", action="store_true",
                                help="hand the build to the Celery worker and return at once (questions get "
                                     "`index_building` with its progress until the first version is active)")
@@ -185,7 +198,8 @@ class Command(BaseCommand):
         }
 
     def _request(self, kb: str, options, question: str) -> QuestionRequest:
-        return QuestionRequest(question=question, kb=kb, channel=Channel.CLI, top_k=options["top_k"],
+        return QuestionRequest(question=question, kb=kb, sdk_version=options["sdk_version"], channel=Channel.CLI,
+                               top_k=options["top_k"],
                                mode=options.get("mode", "hybrid"), exclude=options["exclude"],
                                record=not options["no_record"])
 
@@ -223,6 +237,7 @@ class Command(BaseCommand):
             "sources": sources_of(outcome),
             "kb": outcome.kb,
             "version": outcome.version,
+            **sdk_version_as_dict(outcome),
             "plan": outcome.result.plan.as_dict(),
             "request_id": outcome.request_id,
         }
@@ -244,6 +259,7 @@ class Command(BaseCommand):
             "usage": answer.usage.as_dict(),
             "kb": outcome.kb,
             "version": outcome.version,
+            **sdk_version_as_dict(outcome),
             "plan": outcome.result.plan.as_dict(),
             "request_id": outcome.request_id,
         }
@@ -267,14 +283,50 @@ class Command(BaseCommand):
         return f"{p['kb']}: {p['vectors']} vectors ({p['embedded']} embedded now) written to {p['file']}"
 
     def _read(self, kb: str, options) -> dict:
+        kb = kb_serving(kb, options["sdk_version"]).kb
         return {"source": options["source"], "content": read_source(kb=kb, source=options["source"]), "kb": kb}
+
+    def _versions(self, kb: str, options) -> dict:
+        if options["diff"]:
+            return {"kb": kb, "diff": sdk_versions_diff(kb, *options["diff"]).as_dict()}
+        return sdk_versions_listed(kb)
+
+    def _human_versions(self, p: dict) -> str:
+        if "diff" in p:
+            diff = p["diff"]
+            lines = [f"{p['kb']}: {diff['older']} -> {diff['newer']}"]
+            for key in ("classes_added", "classes_removed", "added", "removed"):
+                lines += [f"  {key.replace('_', ' ')}: {name}" for name in diff[key]]
+            lines += [f"  {key.replace('_', ' ')}: {a} -> {b}" for key in ("classes_renamed", "renamed")
+                      for a, b in diff[key]]
+            lines += [f"  signature changed: {c['member']}: {c['before']} -> {c['after']}"
+                      for c in diff["signature_changed"]]
+            return "\n".join(lines)
+        if not p["versions"]:
+            return f"{p['kb']} has no SDK versions."
+        lines = [f"{p['kb']} (default {p['default']})"]
+        for v in p["versions"]:
+            aliases = f" [{', '.join(v['aliases'])}]" if v["aliases"] else ""
+            changes = "" if not v["changes"] else " · " + ", ".join(f"{k.replace('_', ' ')} {n}"
+                                                                     for k, n in v["changes"].items() if n)
+            lines.append(f"  {v['version']}{aliases}: index {v['index_version'] or '(none)'}{changes}")
+        return "\n".join(lines)
 
     def _reindex(self, kb: str, options) -> dict:
         started = time.perf_counter()
         source = options["source"]
         if source is None and kb == settings.RAG_DEFAULT_KB and not KnowledgeBase.objects.filter(slug=kb).exists():
             source = settings.RAG_DEFAULT_KB_SOURCE
-        knowledge_base = kb_ensure(slug=kb, source_dir=source, language=options["language"])
+        sdk, written = split_kb(kb)
+        if options["sdk_version"] is not None or written is not None:
+            if written is not None and options["sdk_version"] not in (None, written):
+                raise ServiceError("invalid_sdk_version", f"--kb names version {written} and --sdk-version "
+                                                          f"{options['sdk_version']}.")
+            knowledge_base = sdk_version_ensure(sdk=sdk, version=written or options["sdk_version"], source=source,
+                                                language=options["language"], aliases=options["sdk_alias"])
+            kb = knowledge_base.slug
+        else:
+            knowledge_base = kb_ensure(slug=kb, source_dir=source, language=options["language"])
         version = None
         unchanged = False
         if options["if_changed"]:
@@ -304,6 +356,9 @@ class Command(BaseCommand):
             "unchanged": unchanged,
             "pages_skipped": version.pages_skipped,
             "source": source_as_dict(knowledge_base),
+            # an SDK version: which, and what changed in its API since the version before it
+            "sdk_version": knowledge_base.sdk_version or None,
+            "sdk_changes": sdk_changes(knowledge_base),
             # how the pages changed since the version active before (`unchanged` above says whether anything did)
             "pages": ({**dict.fromkeys(PAGE_CHANGES, 0), "unchanged": version.document_count} if unchanged
                       else {key: version.page_changes.get(key, 0) for key in PAGE_CHANGES}),
