@@ -1,3 +1,5 @@
+import json
+
 from django.conf import settings
 from django.db.models import Q
 from django.shortcuts import render
@@ -6,6 +8,7 @@ from django.views.decorators.csrf import ensure_csrf_cookie
 
 from rag.models import IndexVersion, KnowledgeBase
 from rag.services.knowledge import building_message, index_building
+from rag.services.sdk import sdk_versions
 
 # Questions the bundled docs (docs/en, docs/zh) answer, offered as chips on the empty page.
 EXAMPLE_QUESTIONS = {
@@ -33,8 +36,13 @@ def example_questions(request) -> list[str]:
 @ensure_csrf_cookie
 def chat(request):
     """The chat page: the answer streams in over /ws/chat."""
-    knowledge_bases = list(KnowledgeBase.objects.filter(
-        Q(active_version__isnull=False) | Q(versions__status=IndexVersion.Status.BUILDING)).distinct().order_by("slug"))
+    # Each SDK once, with its versions (newest first) for the page's version selector; never a version's own slug.
+    knowledge_bases = list(KnowledgeBase.objects.filter(sdk__isnull=True).filter(
+        Q(active_version__isnull=False) | Q(versions__status=IndexVersion.Status.BUILDING)
+        | Q(sdk_versions__active_version__isnull=False)).distinct().order_by("slug"))
+    for knowledge_base in knowledge_bases:
+        knowledge_base.versions_json = json.dumps([row.sdk_version for row in reversed(sdk_versions(knowledge_base))
+                                                   if row.active_version_id is not None])
     default_kb = next((k for k in knowledge_bases if k.slug == settings.RAG_DEFAULT_KB), None)
     building = index_building(default_kb) if default_kb and default_kb.active_version_id is None else None
     response = render(request, "assistant/chat.html", {

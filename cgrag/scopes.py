@@ -17,6 +17,7 @@ from django.conf import settings
 from cgrag.inputs import invalid
 from infra.errors import ServiceError
 from rag.models import KnowledgeBase
+from rag.services.sdk import kb_serving
 from rag.services.serving import kb_load, kb_resident
 
 
@@ -41,12 +42,15 @@ def default_scope() -> str:
 
 
 def scope_slug(scope: str | None) -> str:
-    """The knowledge base slug a scope names (None: the default scope); raise invalid_request for none."""
+    """The knowledge base slug a scope names (None: the default scope); raise invalid_request for none.
+
+    An SDK's scope reads one of its versions: `three` its latest, `three@2.0` or `three@stable` that version."""
     name = (scope or default_scope()).strip()
-    slug = aliases().get(name, name)
-    if not KnowledgeBase.objects.filter(slug=slug).exists():
-        raise invalid("scope", f"Unknown scope {name[:64]!r}; GET /cg-rag/profiles lists the scopes.", "scope_not_found")
-    return slug
+    try:
+        return kb_serving(aliases().get(name, name)).kb
+    except ServiceError as exc:
+        raise invalid("scope", f"Unknown scope {name[:64]!r}; GET /cg-rag/profiles lists the scopes."
+                      + (f" {exc.message}" if exc.code == "sdk_version_not_found" else ""), "scope_not_found") from None
 
 
 def knowledge_bases() -> list[KnowledgeBase]:
@@ -65,7 +69,7 @@ def profiles() -> dict:
     bases = {kb.slug: kb for kb in knowledge_bases()}
     result = {}
     for name in available_scopes(list(bases.values())):
-        kb = bases[aliases().get(name, name)]
+        kb = bases.get(scope_slug(name)) or bases[aliases().get(name, name)]
         entry = {"label": kb.name or kb.slug, "retrieval_method": kb.active_version.model_id if kb.active_version else ""}
         if name != kb.slug:
             entry["knowledge_base"] = kb.slug

@@ -73,8 +73,9 @@ def health(request: HttpRequest, request_id: str) -> dict:
                                   "retrieve-rerank works, constrained generation answers generation_not_configured."})
     if not bases:
         issues.append({"code": "no_scopes", "message": "No knowledge base exists yet."})
+    sdks = {kb.sdk_id for kb in bases if kb.sdk_id is not None}  # an SDK is read through its versions' indexes
     issues += [{"code": "scope_not_ready", "message": f"Scope {kb.slug!r} has no active index version yet."}
-               for kb in bases if kb.active_version is None]
+               for kb in bases if kb.active_version is None and kb.pk not in sdks]
     rerank = rerank_summary()
     return {
         "ok": True, "request_id": request_id, "service": "CG_RAG", "http_prefix": HTTP_PREFIX, "mcp_path": MCP_PATH,

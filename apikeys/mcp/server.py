@@ -260,6 +260,7 @@ def build_server(*, transport: str = "http") -> MCPServer:
     ) -> Annotated[CallToolResult, AskOutput]:
         data = await _run(mcp_ask, ctx, caller=_caller(ctx, transport), question=question, exclude=exclude, kb=kb,
                           sdk_version=sdk_version)
+        return CallToolResult(content=[TextContent(type="text", text=render_ask(data))], structured_content=data)
 
     async def list_versions(
         ctx: Context,
@@ -270,7 +271,6 @@ def build_server(*, transport: str = "http") -> MCPServer:
         lines += [f"- {v['version']}" + (f" ({', '.join(v['aliases'])})" if v["aliases"] else "")
                   + (f": {v['changes']}" if v["changes"] else "") for v in data["versions"]]
         return CallToolResult(content=[TextContent(type="text", text="\n".join(lines))], structured_content=data)
-        return CallToolResult(content=[TextContent(type="text", text=render_ask(data))], structured_content=data)
 
     server.add_tool(search_docs, name=search_name, title=f"Search {product} docs", description=search_description,
                     annotations=read_only)

@@ -29,6 +29,7 @@ from rag.pipeline import get_engine
 from rag.services.filters import DocumentFilter, documents_allowed, is_id
 from rag.services.knowledge import aliases_for
 from rag.services.questions import Caller, CapacityGate, QuestionRequest, held, question_call, validated_question, version_of
+from rag.services.sdk import kb_serving
 
 MAX_TOP_K = 1024  # candidates (RAGFlow's SDK asks for 1024 by default)
 MAX_TOP_N = 1024  # chunks returned in one window
@@ -311,13 +312,17 @@ def knowledge_bases_of(kb_ids, app: RetrievalApp | None) -> list[KnowledgeBase]:
     for given in dict.fromkeys(kb_ids):
         lookup = {"pk": int(given)} if isinstance(given, int) or given.isdigit() else {"slug": given}
         kb = KnowledgeBase.objects.select_related("active_version").filter(**lookup).first()
+        if kb is None and isinstance(given, str) and "@" in given:  # `three@stable`: an alias of an SDK version
+            kb = KnowledgeBase.objects.select_related("active_version").filter(slug=kb_serving(given).kb).first()
         if kb is None:
             raise ServiceError("kb_not_found", f"Knowledge base {given} does not exist.", status=404)
+        if kb.active_version_id is None and kb.sdk_versions.exists():  # an SDK is searched in its latest version
+            kb = KnowledgeBase.objects.select_related("active_version").get(slug=kb_serving(kb.slug).kb)
         if kb not in found:
             found.append(kb)
     if app is not None:
-        allowed = set(app.knowledge_bases.values_list("pk", flat=True))
-        outside = [str(kb.pk) for kb in found if kb.pk not in allowed]
+        allowed = set(app.knowledge_bases.values_list("pk", flat=True))  # an SDK's app may search all its versions
+        outside = [str(kb.pk) for kb in found if kb.pk not in allowed and kb.sdk_id not in allowed]
         if outside:
             raise ServiceError("kb_not_allowed", f"Knowledge base {', '.join(outside)} is not one of the app's.",
                                status=403)

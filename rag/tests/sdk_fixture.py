@@ -84,3 +84,17 @@ def write_version(folder: Path, version: str) -> Path:
 
 def write_versions(root: Path) -> dict[str, Path]:
     return {version: write_version(root / version, version) for version in VERSIONS}
+
+
+def build_sdk(root: Path, slug: str = "fx") -> dict:
+    """Build the three versions as the knowledge base `slug` (needs the database); return version -> its row."""
+    from rag.services.knowledge import index_build
+    from rag.services.sdk import sdk_version_ensure
+
+    rows = {}
+    for version, folder in write_versions(root).items():
+        row = sdk_version_ensure(sdk=slug, version=version, source=str(folder))
+        index_build(row)
+        row.refresh_from_db()
+        rows[version] = row
+    return rows

@@ -7,6 +7,7 @@
   const form = document.getElementById("ask");
   const input = document.getElementById("question");
   const kbSelect = document.getElementById("kb");
+  const versionSelect = document.getElementById("sdk-version");
   const status = document.getElementById("status");
   const conversation = document.getElementById("conversation");
   const examples = document.getElementById("examples");
@@ -120,6 +121,7 @@
     current.node.querySelector(".badges").innerHTML = "";
     setStatus("Thinking…");
     const payload = { question: question, kb: kbSelect.value, exclude: current.exclude };
+    if (!versionSelect.hidden && versionSelect.value) { payload.sdk_version = versionSelect.value; }
     if (!socket || socket.readyState !== WebSocket.OPEN) {
       try { await connect(); } catch (error) { askOverHttp(payload, current); return; }
     }
@@ -214,8 +216,35 @@
     retryTimer = setTimeout(function () { ask(turn.question, turn.exclude, turn); }, seconds * 1000);
   }
 
+  // The SDK versions of the chosen knowledge base (newest first; "latest" reads the newest release), and the one
+  // this browser chose last for it.
+  function versionKey() { return "rag.sdkVersion." + kbSelect.value; }
+
+  function showVersions() {
+    const option = kbSelect.options[kbSelect.selectedIndex];
+    const versions = option ? JSON.parse(option.dataset.versions || "[]") : [];
+    versionSelect.innerHTML = "";
+    versionSelect.hidden = versions.length === 0;
+    ["latest"].concat(versions).forEach(function (name) {
+      const item = document.createElement("option");
+      item.value = name === "latest" ? "" : name;
+      item.textContent = name;
+      versionSelect.appendChild(item);
+    });
+    let remembered = null;
+    try { remembered = window.localStorage.getItem(versionKey()); } catch (error) { remembered = null; }
+    if (remembered && versions.indexOf(remembered) >= 0) { versionSelect.value = remembered; }
+  }
+
+  versionSelect.addEventListener("change", function () {
+    try { window.localStorage.setItem(versionKey(), versionSelect.value); } catch (error) { /* private mode */ }
+  });
+  kbSelect.addEventListener("change", showVersions);
+  showVersions();
+
   function showAbout(turn, event) {
-    turn.node.querySelector(".about-kb").textContent = event.kb || "";
+    turn.node.querySelector(".about-kb").textContent = (event.kb || "")
+      + (event.sdk_version ? " (SDK version " + event.sdk_version + ")" : "");
     turn.node.querySelector(".about-version").textContent = event.version || "";
     // Which docs answered: the version's build time, and the git commit or website crawl it was built from.
     const built = event.built_at ? new Date(event.built_at).toLocaleString() : "";
