@@ -7,7 +7,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 export OPENBLAS_NUM_THREADS ?= 1
 
-.PHONY: install run prod test test-fast test-clock test-loaded bench bench-formats bench-sync bench-load bench-scale bench-ops bench-cli bench-soak migrate clean
+.PHONY: install run prod test test-fast test-clock test-loaded bench bench-formats bench-versions bench-sync bench-load bench-scale bench-ops bench-cli bench-soak migrate clean
 
 $(STAMP): requirements.txt
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "$(PYTHON) not found; set PYTHON=python3.11" >&2; exit 1; }
@@ -94,6 +94,11 @@ bench: install
 bench-formats: install
 	bash bench/formats/prepare.sh $${RAG_DATA_DIR:-data}/bench-formats
 	$(PY) bench/formats/bench.py $(BENCH_FORMATS_ARGS)
+
+# Three SDK versions side by side (issue 32): the English corpus and two scripted releases made from it; the
+# versions' build cost against a cold build, the diff's precision and recall, latency and memory with 1 and 3 open.
+bench-versions: install
+	$(PY) bench/versions.py
 
 # Syncing from where docs live (issue 30): a git source (the English corpus) and a website (Click's HTML reference,
 # prepared by bench/formats/prepare.sh): cold build, no-change sync and an edit of 5 pages, timed in one run.

@@ -20,15 +20,17 @@ STATUS_KEYS = {"ok", "command", "project_root", "notes_dir", "index_dir", "db_ex
                "deepseek_api_key_configured", "deepseek_model", "markdown_note_count", "index_node_count"}
 STATUS_ADDED = {"kb", "kb_exists", "active_version", "embedding_model", "lancedb_uri", "knowledge_bases", "live"}
 SEARCH_KEYS = {"ok", "command", "question", "mode", "top_k", "results"}
-SEARCH_ADDED = {"kb", "version", "built_at", "source_revision", "plan", "excluded", "timings_ms", "request_id"}
+SEARCH_ADDED = {"kb", "version", "sdk_version", "version_notes", "built_at", "source_revision", "plan", "excluded",
+                "timings_ms", "request_id"}
 RESULT_KEYS = {"source", "title", "heading_path", "chunk_index", "score", "raw_score", "metadata", "content"}
 RESULT_ADDED = {"chunk_id", "class_name", "member", "anchor", "link"}
 CONTEXT_KEYS = {"ok", "command", "question", "mode", "top_k", "context", "sources"}
-CONTEXT_ADDED = {"kb", "version", "plan", "request_id"}
+CONTEXT_ADDED = {"kb", "version", "sdk_version", "version_notes", "plan", "request_id"}
 READ_KEYS = {"ok", "command", "source", "content"}
 READ_ADDED = {"kb"}
 REINDEX_KEYS = {"ok", "command", "synced_notes", "indexed_nodes", "duration_seconds"}
-REINDEX_ADDED = {"kb", "version", "chunks_embedded", "chunks_reused", "unchanged", "pages_skipped", "source", "pages"}
+REINDEX_ADDED = {"kb", "version", "chunks_embedded", "chunks_reused", "unchanged", "pages_skipped", "source", "pages",
+                 "sdk_version", "sdk_changes"}
 ERROR_KEYS = {"ok", "error"}
 ERROR_ADDED = {"code"}
 
