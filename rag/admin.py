@@ -9,10 +9,15 @@ from rag.models import (ClassAlias, Document, DocumentLabel, IndexVersion, Knowl
 class KnowledgeBaseForm(forms.ModelForm):
     class Meta:
         model = KnowledgeBase
-        fields = ("slug", "name", "language", "source_url", "source_dir", "base_url", "sync_interval_minutes")
+        fields = ("slug", "name", "language", "source_url", "source_dir", "base_url", "sync_interval_minutes",
+                  "sdk", "sdk_version", "sdk_aliases", "sdk_order")
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        # An SDK version's slug is `<sdk>@<version>`, made from the two fields below it.
+        self.fields["slug"] = forms.CharField(max_length=64, required=False, help_text=(
+            "Lowercase letters, digits and dashes; for an SDK version, left empty: <sdk>@<version>"))
+        self.fields["sdk"].queryset = KnowledgeBase.objects.filter(sdk__isnull=True).exclude(pk=self.instance.pk)
         self.fields["source_dir"].required = False
         self.fields["sync_interval_minutes"].required = False  # left empty: no schedule
         self.fields["source_dir"].help_text += " (for a git source: set from it, its checkout in the data folder)"
@@ -25,6 +30,7 @@ class KnowledgeBaseForm(forms.ModelForm):
 
         cleaned = super().clean()
         cleaned["sync_interval_minutes"] = cleaned.get("sync_interval_minutes") or 0
+        self._clean_sdk_version(cleaned)
         try:
             if cleaned.get("source_url"):
                 parsed = source_check(cleaned["source_url"])
@@ -40,12 +46,30 @@ class KnowledgeBaseForm(forms.ModelForm):
             self.instance.source_revision = ""  # another repository or ref: nothing of it is synced yet
         return cleaned
 
+    def _clean_sdk_version(self, cleaned: dict) -> None:
+        """An SDK version names its SDK and version (its slug follows from them); anything else is a slug."""
+        from django.utils.text import slugify
+
+        from rag.services.sdk import checked_version
+
+        try:
+            if cleaned.get("sdk") is not None:
+                version = checked_version(cleaned.get("sdk_version") or "")
+                cleaned["slug"] = f"{cleaned['sdk'].slug}@{version}"
+                cleaned["sdk_aliases"] = [checked_version(a) for a in cleaned.get("sdk_aliases") or []]
+            elif cleaned.get("sdk_version"):
+                raise ServiceError("invalid_sdk_version", "An SDK version needs its SDK.")
+            elif not cleaned.get("slug") or slugify(cleaned["slug"]) != cleaned["slug"]:
+                raise ServiceError("invalid_kb_slug", "A knowledge base slug uses lowercase letters, digits and dashes.")
+        except ServiceError as exc:
+            raise forms.ValidationError(exc.message) from None
+
 
 @admin.register(KnowledgeBase)
 class KnowledgeBaseAdmin(admin.ModelAdmin):
     form = KnowledgeBaseForm
-    list_display = ("slug", "language", "active_version", "document_total", "source", "source_revision",
-                    "source_synced_at", "updated_at")
+    list_display = ("slug", "sdk_version", "language", "active_version", "document_total", "source",
+                    "source_revision", "source_synced_at", "updated_at")
     readonly_fields = ("active_version", "source_revision", "source_synced_at", "sync_checked_at", "sync_error",
                        "created_at", "updated_at")
     actions = ["rebuild_index"]

@@ -1,5 +1,6 @@
 """Knowledge bases, their documents, index versions, the editable alias table and the request records."""
 
+from django.core.validators import RegexValidator
 from django.db import models
 
 
@@ -24,7 +25,9 @@ class Channel(models.TextChoices):
 
 
 class KnowledgeBase(models.Model):
-    slug = models.SlugField(max_length=64, unique=True)
+    # A slug, or an SDK version's `<sdk>@<version>` (rag.services.sdk).
+    slug = models.CharField(max_length=64, unique=True, validators=[RegexValidator(
+        r"^[-a-zA-Z0-9_]+(@[A-Za-z0-9][A-Za-z0-9._-]*)?$", "A slug, or an SDK version's <sdk>@<version>.")])
     name = models.CharField(max_length=200, blank=True)
     language = models.CharField(max_length=16, default="zh", help_text="zh, en, or mixed")
     source_dir = models.CharField(max_length=1000, help_text="Folder of Markdown/HTML pages on the server")

@@ -185,8 +185,13 @@ class VersionNote:
     since: str = ""  # added: the first later version that documents it; removed: the first version without it
     replacement: str = ""  # removed: what the diff found it renamed to
     documented_as: str = ""  # `Class.member` (or the class) in the nearest version that documents it
+    nearest: str = ""  # that version
+    evidence: Chunk | None = None  # its section in that version, when the service could open it
 
     def text(self, chinese: bool) -> str:
+        return self._said(chinese) + self._quoted(chinese)
+
+    def _said(self, chinese: bool) -> str:
         name, asked = f"`{self.name}`", self.asked
         if self.kind == "added":
             return (f"{name} 在 {self.since} 版本中加入；你问的是 {asked}，该版本没有它。" if chinese else
@@ -202,9 +207,24 @@ class VersionNote:
         return (f"{name} 不在 {asked} 版本的文档中；文档中有它的版本：{listed}。" if chinese else
                 f"{name} is not documented in {asked}; it is in {listed}.")
 
+    def _quoted(self, chinese: bool) -> str:
+        """What the version that documents it says, labelled with that version (never mixed in unlabelled)."""
+        said = first_sentence(self.evidence.text) if self.evidence is not None else ""
+        if not said:
+            return ""
+        where = self.evidence.source + (f"#{self.evidence.anchor}" if self.evidence.anchor else "")
+        return (f"\n\n> {self.nearest} 版本的文档（{where}）：{said}" if chinese else
+                f"\n\n> In {self.nearest} ({where}): {said}")
+
     def as_dict(self) -> dict:
+        evidence = None
+        if self.evidence is not None:
+            evidence = {"sdk_version": self.nearest, "chunk_id": self.evidence.chunk_id, "source": self.evidence.source,
+                        "anchor": self.evidence.anchor, "heading_path": list(self.evidence.heading_path),
+                        "text": self.evidence.text}
         return {"name": self.name, "asked": self.asked, "kind": self.kind, "versions": list(self.versions),
-                "since": self.since, "replacement": self.replacement, "documented_as": self.documented_as}
+                "since": self.since, "replacement": self.replacement, "documented_as": self.documented_as,
+                "evidence": evidence}
 
 
 @dataclass
@@ -248,19 +268,17 @@ class VersionNotes:
         versions = [self.catalogs[i][0] for i in having]
         later, earlier = [i for i in having if i > here], [i for i in having if i < here]
         nearest = min(having, key=lambda i: (abs(i - here), -i))
-        documented_as = self._where(nearest, name)
+        found = {"documented_as": self._where(nearest, name), "nearest": self.catalogs[nearest][0]}
         asked = self.catalogs[here][0]
         if later and not earlier:
             return VersionNote(name=name, asked=asked, kind="added", versions=tuple(versions),
-                               since=self.catalogs[later[0]][0], documented_as=documented_as)
+                               since=self.catalogs[later[0]][0], **found)
         if earlier and not later:
             last = earlier[-1]
-            replacement = self.diffs[last].replacement(documented_as) if last < len(self.diffs) else None
+            replacement = self.diffs[last].replacement(found["documented_as"]) if last < len(self.diffs) else None
             return VersionNote(name=name, asked=asked, kind="removed", versions=tuple(versions),
-                               since=self.catalogs[last + 1][0], replacement=replacement or "",
-                               documented_as=documented_as)
-        return VersionNote(name=name, asked=asked, kind="elsewhere", versions=tuple(versions),
-                           documented_as=documented_as)
+                               since=self.catalogs[last + 1][0], replacement=replacement or "", **found)
+        return VersionNote(name=name, asked=asked, kind="elsewhere", versions=tuple(versions), **found)
 
     def _where(self, index: int, name: str) -> str:
         classes = self.catalogs[index][1].get("classes", {})

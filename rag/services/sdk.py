@@ -166,7 +166,28 @@ def version_notes(served: Served, question: str) -> tuple[VersionNote, ...]:
                              diffs=sdk_diffs(versions))
         _notes.clear()  # only the current builds are asked about
         _notes[key] = notes
-    return notes.run(question, served.sdk_version)
+    return tuple(_with_evidence(note, served.sdk) for note in notes.run(question, served.sdk_version))
+
+
+def _with_evidence(note: VersionNote, sdk: str) -> VersionNote:
+    """The note with the section that documents the name in the nearest version that has it (its overview for a
+    class), when that version opens; the note alone otherwise."""
+    from dataclasses import replace
+
+    from rag.engine.index import IndexError_
+    from rag.pipeline import get_engine
+
+    row = KnowledgeBase.objects.select_related("active_version").filter(slug=f"{sdk}@{note.nearest}").first()
+    if row is None or row.active_version is None:
+        return note
+    try:
+        reader = get_engine().reader(row.slug, row.active_version.name)
+    except IndexError_:
+        return note
+    owner, _, member = note.documented_as.rpartition(".")
+    position = reader.section_position(owner, member) if owner else next(
+        (i for i, chunk in enumerate(reader.chunks) if chunk.class_name == member and not chunk.member), None)
+    return replace(note, evidence=reader.chunks[position]) if position is not None else note
 
 
 def sdk_versions_as_dict(sdk: KnowledgeBase) -> dict:

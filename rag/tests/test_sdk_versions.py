@@ -158,6 +158,11 @@ def test_an_answer_about_an_older_version_says_what_it_lacks_in_its_first_line(s
     assert outcome.sdk_version == "2.0"
     assert outcome.answer.text.startswith("`captureFrame` was added in 2.1; you asked about 2.0")
     assert [note.kind for note in outcome.version_notes] == ["added"]
+    # the version that has it is quoted, labelled with its version; its chunk is never mixed into the evidence
+    (note,) = outcome.version_notes
+    assert (note.nearest, note.evidence.member) == ("2.1", "captureFrame")
+    assert "\n\n> In 2.1 (Viewer.md#" in outcome.answer.text and "PNG data URL" in outcome.answer.text
+    assert all(hit.chunk.member != "captureFrame" for hit in outcome.result.hits)
 
 
 def test_the_cli_asks_a_version_and_an_alias_an_admin_gave(sdk, tmp_path):
@@ -172,3 +177,54 @@ def test_the_cli_asks_a_version_and_an_alias_an_admin_gave(sdk, tmp_path):
 def test_an_sdk_without_pages_of_its_own_cannot_be_built_without_a_version(sdk):
     failure = run_json_failure("reindex", "--kb", "fx")
     assert failure["code"] == "source_not_found" and "--sdk-version" in failure["error"]
+
+
+def test_the_admin_adds_a_version_whose_slug_follows_from_its_sdk_and_version(sdk, tmp_path):
+    from rag.admin import KnowledgeBaseForm
+
+    folder = write_versions(tmp_path / "admin")["2.1"]
+    parent = KnowledgeBase.objects.get(slug="fx")
+    form = KnowledgeBaseForm(data={"slug": "", "name": "fx 3.0 preview", "language": "en", "source_dir": str(folder),
+                                   "sdk": parent.pk, "sdk_version": "3.0.0-beta.1", "sdk_aliases": '["next"]',
+                                   "sdk_order": 3})
+    assert form.is_valid(), form.errors
+    row = form.save()
+    assert (row.slug, row.sdk_version, row.sdk_aliases) == ("fx@3.0.0-beta.1", "3.0.0-beta.1", ["next"])
+    bad = KnowledgeBaseForm(data={"slug": "", "language": "en", "source_dir": str(folder), "sdk": parent.pk,
+                                  "sdk_version": "3.0 beta", "sdk_aliases": "[]", "sdk_order": 0})
+    assert not bad.is_valid()
+
+
+def test_each_version_is_synced_from_its_own_git_tag_and_syncing_one_leaves_the_others_serving(db, tmp_path,
+                                                                                                settings):
+    from rag.tests.sdk_fixture import write_version
+    from rag.tests.test_sources_git import git
+
+    settings.DATA_DIR = tmp_path / "data"
+    settings.RAG_SOURCE_ROOTS = [str(tmp_path / "data" / "sources"), f"git+file://{tmp_path / 'repos'}/"]
+    bare, work = tmp_path / "repos" / "fx.git", tmp_path / "work"
+    bare.mkdir(parents=True)
+    git(bare, "init", "-q", "--bare", "-b", "main")
+    work.mkdir()
+    git(work, "init", "-q", "-b", "main")
+    for version in VERSIONS:  # one release after the other, each tagged
+        for page in (work / "docs").glob("*.md"):
+            page.unlink()
+        write_version(work / "docs", version)
+        git(work, "add", "-A")
+        git(work, "commit", "-q", "-m", f"release {version}")
+        git(work, "tag", f"v{version}")
+    git(work, "push", "-q", str(bare), "HEAD:main", "--tags")
+    for version in VERSIONS:
+        report = run_json("reindex", "--kb", "fx", "--sdk-version", version,
+                          "--source", f"git+file://{bare}@v{version}#path=docs")
+        assert report["source"]["revision"] == git(work, "rev-parse", f"v{version}^{{commit}}")
+    before = {row.slug: row.active_version_id for row in KnowledgeBase.objects.filter(sdk__slug="fx")}
+
+    again = run_json("reindex", "--kb", "fx", "--sdk-version", "2.0")
+
+    after = {row.slug: row.active_version_id for row in KnowledgeBase.objects.filter(sdk__slug="fx")}
+    assert again["chunks_embedded"] == 0  # the same tag: every chunk's vector is in the cache
+    assert after["fx@2.0"] != before["fx@2.0"]
+    assert {slug: after[slug] for slug in ("fx@1.4", "fx@2.1")} == {s: before[s] for s in ("fx@1.4", "fx@2.1")}
+    assert ask("Viewer captureFrame", sdk_version="1.4").version_notes[0].kind == "added"
