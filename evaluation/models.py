@@ -73,6 +73,8 @@ class EvalRun(models.Model):
     golden_set = models.ForeignKey(GoldenSet, on_delete=models.PROTECT, related_name="runs")
     kb = models.CharField(max_length=64, blank=True, help_text="Only this knowledge base's items; empty: all")
     index_versions = models.JSONField(default=dict, blank=True, help_text="kb -> index version evaluated")
+    sdk_version = models.CharField(max_length=32, blank=True,
+                                   help_text="The SDK version asked (issue 32); empty: each knowledge base's latest")
     candidate = models.BooleanField(default=False, help_text="Evaluated a version that is not active (a gate)")
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED, db_index=True)
     verdict = models.CharField(max_length=16, blank=True, help_text="pass, fail or not_scored")

@@ -19,6 +19,7 @@ from evaluation.services.scoring import golden_item_score, make_judge
 from infra.errors import ServiceError
 from infra.queue import enqueue
 from rag.models import IndexVersion, KnowledgeBase
+from rag.services.sdk import kb_serving
 
 log = logging.getLogger(__name__)
 
@@ -33,8 +34,10 @@ def current_commit() -> str:
         return ""
 
 
-def eval_run_create(*, golden_set: GoldenSet, kb: str = "", index_version: str = "", user=None) -> EvalRun:
-    """A queued run of a golden set over the active versions (or one named version of `kb`)."""
+def eval_run_create(*, golden_set: GoldenSet, kb: str = "", index_version: str = "", user=None,
+                    sdk_version: str = "") -> EvalRun:
+    """A queued run of a golden set over the active versions (or one named version of `kb`); `sdk_version` asks
+    every question of an SDK's knowledge base about that SDK version (default: its latest)."""
     items = golden_set.items.all()
     if kb:
         items = items.filter(kb=kb)
@@ -45,7 +48,8 @@ def eval_run_create(*, golden_set: GoldenSet, kb: str = "", index_version: str =
         raise ServiceError("kb_required", "Name the knowledge base whose version to evaluate.")
     versions, candidate = {}, False
     for slug in kbs:
-        base = KnowledgeBase.objects.select_related("active_version").filter(slug=slug).first()
+        served = kb_serving(slug, sdk_version or None)  # an SDK's questions read one of its versions
+        base = KnowledgeBase.objects.select_related("active_version").filter(slug=served.kb).first()
         if base is None:
             raise ServiceError("kb_not_found", f"Knowledge base {slug!r} does not exist.", status=404)
         if index_version:
@@ -59,6 +63,7 @@ def eval_run_create(*, golden_set: GoldenSet, kb: str = "", index_version: str =
         else:
             versions[slug] = base.active_version.name
     return EvalRun.objects.create(golden_set=golden_set, kb=kb, index_versions=versions, candidate=candidate,
+                                  sdk_version=sdk_version,
                                   total=items.count(), started_by=user, commit=current_commit())
 
 
@@ -162,7 +167,8 @@ def _execute(run: EvalRun, progress) -> EvalRun:
             return run
         EvalRun.objects.filter(pk=run.pk).update(current_question=item.question[:300], heartbeat_at=timezone.now())
         version = run.index_versions[item.kb]
-        fields = golden_item_score(item, kind=kind, version=version, judge=judge)
+        fields = golden_item_score(item, kind=kind, version=version, judge=judge,
+                                   sdk_version=run.sdk_version or None)
         EvalResult.objects.update_or_create(run=run, item=item, defaults={"position": position, **fields})
         done_ids.add(item.pk)
         done = len(done_ids)

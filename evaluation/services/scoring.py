@@ -15,11 +15,13 @@ from rag.services.generation import chat_client
 from rag.services.questions import QuestionRequest, question_answer, question_search
 
 
-def golden_item_score(item: GoldenItem, *, kind: str, version: str, judge: Judge | None = None) -> dict:
-    """Ask one golden question on `version` as eval traffic and score it: the fields of its `EvalResult`."""
+def golden_item_score(item: GoldenItem, *, kind: str, version: str, judge: Judge | None = None,
+                      sdk_version: str | None = None) -> dict:
+    """Ask one golden question on `version` (of `sdk_version` for an SDK's question) as eval traffic and score it:
+    the fields of its `EvalResult`."""
     if kind == "retrieval":
-        return _score_retrieval(item, version)
-    return _score_generation(item, version, judge)
+        return _score_retrieval(item, version, sdk_version)
+    return _score_generation(item, version, judge, sdk_version)
 
 
 def make_judge() -> Judge | None:
@@ -70,9 +72,9 @@ def _excluded_chunks(result) -> list[RetrievedChunk]:
     return _chunks([h for h in _ranked(result) if h.chunk.chunk_id in excluded])
 
 
-def _score_retrieval(item: GoldenItem, version: str) -> dict:
+def _score_retrieval(item: GoldenItem, version: str, sdk_version: str | None = None) -> dict:
     outcome = question_search(QuestionRequest(question=item.question, kb=item.kb, version=version,
-                                              channel=Channel.EVAL))
+                                              sdk_version=sdk_version, channel=Channel.EVAL))
     request_id, result = outcome.request_id, outcome.result
     golden = _as_golden(item)
     score = score_question(golden, _chunks(result.hits))
@@ -106,9 +108,9 @@ def _as_golden(item: GoldenItem) -> dict:
             "must_mention": item.must_mention, "forbidden": item.forbidden, "needs_code": item.needs_code}
 
 
-def _score_generation(item: GoldenItem, version: str, judge: Judge | None) -> dict:
+def _score_generation(item: GoldenItem, version: str, judge: Judge | None, sdk_version: str | None = None) -> dict:
     outcome = question_answer(QuestionRequest(question=item.question, kb=item.kb, version=version,
-                                              channel=Channel.EVAL))
+                                              sdk_version=sdk_version, channel=Channel.EVAL))
     request_id, result, answer = outcome.request_id, outcome.result, outcome.answer
     adopted_ids = {h.chunk.chunk_id for h in result.hits}
     discarded = [h for h in _ranked(result)[:20] if h.chunk.chunk_id not in adopted_ids]

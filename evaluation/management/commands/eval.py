@@ -35,6 +35,8 @@ class Command(BaseCommand):
         run.add_argument("--name", required=True, help="golden set name (its latest version)")
         run.add_argument("--kb", default="", help="only this knowledge base's questions")
         run.add_argument("--index-version", default="", help="a ready version of --kb instead of the active one")
+        run.add_argument("--sdk-version", default="", help="ask an SDK's questions about this SDK version "
+                                                          "(default: its latest)")
         base = commands.add_parser("baseline", help="Index a corpus folder, import a golden folder, run both sets")
         base.add_argument("--golden", required=True, help="folder with retrieval.jsonl and generation.jsonl")
         base.add_argument("--corpus", required=True, help="folder with one subfolder per knowledge base")
@@ -71,8 +73,9 @@ class Command(BaseCommand):
             self.stdout.write(f"run #{run.pk}\t{run.golden_set}\t{run.status}\t{run.verdict or '-'}\t"
                               f"{run.done}/{run.total}\t{run.report_path}")
 
-    def _run(self, *, name, kb, index_version, json: bool = False, **_):
-        run = eval_run_create(golden_set=golden_set_latest(name), kb=kb, index_version=index_version)
+    def _run(self, *, name, kb, index_version, sdk_version="", json: bool = False, **_):
+        run = eval_run_create(golden_set=golden_set_latest(name), kb=kb, index_version=index_version,
+                              sdk_version=sdk_version)
         run = eval_run_execute(run.pk, progress=self._progress(json))
         self._print_runs([run], json)
         if run.verdict != "pass":
