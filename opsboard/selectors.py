@@ -384,10 +384,18 @@ def live_status() -> dict:
 # -- freshness, reports, alerts ------------------------------------------------------------------------
 
 
+SDK_TRAFFIC_DAYS = 7
+
+
 def freshness() -> list[dict]:
-    """Per knowledge base: the active version and, per document, whether its source changed since."""
+    """Per knowledge base: the active version and, per document, whether its source changed since. An SDK's
+    versions are each listed (an SDK without pages of its own is not), with their traffic, failures and
+    thumbs-down over the last SDK_TRAFFIC_DAYS days and the last evaluation run of their active version."""
     out = []
-    for kb in KnowledgeBase.objects.select_related("active_version").order_by("slug"):
+    bases = list(KnowledgeBase.objects.select_related("active_version", "sdk").exclude(sdk_versions__isnull=False,
+                                                                                 source_dir="").order_by("slug"))
+    traffic = _traffic_by_kb([kb.slug for kb in bases if kb.sdk_id is not None])
+    for kb in bases:
         version = kb.active_version
         indexed = version.document_hashes if version else {}
         current = kb_source_hashes(kb)  # a source folder that is gone: every document shows as removed
@@ -396,9 +404,33 @@ def freshness() -> list[dict]:
             state = ("new" if path not in indexed else "removed" if path not in current
                      else "stale" if indexed[path] != current[path] else "fresh")
             documents.append({"path": path, "state": state})
-        out.append({"kb": kb, "version": version, "documents": documents,
-                    "stale": sum(d["state"] != "fresh" for d in documents)})
+        entry = {"kb": kb, "version": version, "documents": documents,
+                 "stale": sum(d["state"] != "fresh" for d in documents)}
+        if kb.sdk_id is not None:
+            entry["traffic"] = traffic.get(kb.slug, {"requests": 0, "failures": 0, "thumbs_down": 0})
+            entry["evaluated"] = _last_run_of(version)
+        out.append(entry)
     return out
+
+
+def _traffic_by_kb(slugs: list[str]) -> dict[str, dict]:
+    if not slugs:
+        return {}
+    since = timezone.now() - datetime.timedelta(days=SDK_TRAFFIC_DAYS)
+    rows = (RequestRecord.objects.filter(kb__in=slugs, created_at__gte=since, channel__in=USER_CHANNELS)
+            .values("kb").annotate(requests=Count("id"), failures=Count("id", filter=Q(outcome=Outcome.FAILED)),
+                                   thumbs_down=Count("feedback")).order_by())
+    return {row["kb"]: row for row in rows}
+
+
+def _last_run_of(version: IndexVersion | None) -> EvalRun | None:
+    """The newest finished evaluation run that read this index version."""
+    if version is None:
+        return None
+    for run in EvalRun.objects.filter(status=EvalRun.Status.DONE).order_by("-finished_at", "-id")[:200]:
+        if version.name in (run.index_versions or {}).values():
+            return run
+    return None
 
 
 def reports() -> list[DailyReport]:

@@ -62,7 +62,7 @@ def test_a_knowledge_base_still_being_indexed_is_listed_with_its_progress(client
 
     html = client.get("/").content.decode()
 
-    assert '<option value="sdk" selected>sdk</option>' in html
+    assert '<option value="sdk" data-versions="[]" selected>sdk</option>' in html
     assert re.search(r'<p id="status" class="meta waiting" role="status">Indexing the sdk knowledge base: 41%', html)
 
 
@@ -84,5 +84,5 @@ def test_a_served_knowledge_base_shows_no_indexing_state(client, corpus_copy, se
 
     html = client.get("/").content.decode()
 
-    assert '<option value="sdk" selected>sdk</option>' in html
+    assert '<option value="sdk" data-versions="[]" selected>sdk</option>' in html
     assert '<p id="status" class="meta" role="status"></p>' in html

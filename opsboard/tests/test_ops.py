@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import json
+from pathlib import Path
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -392,3 +393,25 @@ def test_a_text_search_looks_back_a_week_unless_told_otherwise(client):
     with_start = client.get(f"/ops/requests?q=about fog&since={(old - datetime.timedelta(days=1)).date()}")
 
     assert recent_only == [] and [r.request_id for r in with_start.context["records"]] == ["req_web_700"]
+
+
+def test_freshness_lists_each_sdk_version_with_its_staleness_traffic_and_feedback(client, tmp_path):
+    from rag.tests.sdk_fixture import build_sdk
+
+    rows = build_sdk(tmp_path)
+    viewer = Path(rows["2.0"].source_dir) / "Viewer.md"
+    viewer.write_text(viewer.read_text(encoding="utf-8") + "\n\nA new paragraph.\n", encoding="utf-8")
+    for n, (kb, thumbs, error) in enumerate([("fx@2.0", True, ""), ("fx@2.0", False, "timeout"),
+                                              ("fx@2.1", False, "")]):
+        row = record(n, at=NOW - datetime.timedelta(hours=2), thumbs=thumbs, error=error)
+        RequestRecord.objects.filter(pk=row.pk).update(kb=kb)
+    client.force_login(ops_user())
+
+    bases = {b["kb"].slug: b for b in selectors.freshness()}
+    page = client.get("/ops/freshness").content.decode()
+
+    assert set(bases) == {"fx@1.4", "fx@2.0", "fx@2.1"}  # the SDK itself has no pages of its own
+    assert (bases["fx@2.0"]["stale"], bases["fx@2.1"]["stale"]) == (1, 0)
+    assert bases["fx@2.0"]["traffic"] == {"kb": "fx@2.0", "requests": 2, "failures": 1, "thumbs_down": 1}
+    assert bases["fx@1.4"]["traffic"]["requests"] == 0 and bases["fx@1.4"]["evaluated"] is None
+    assert "SDK fx, version 2.0" in page and "2 request(s), 1 failed, 1 thumbs-down" in page

@@ -52,6 +52,7 @@ EXPECTED: dict[str, str | tuple[tuple[str, str], ...]] = {
     "which model are you running on?": CHITCHAT,
     "hello, who are you?": CHITCHAT,
     "你好，你是谁？": CHITCHAT,
+    "How do I use setAnimationLoop?": ELSEWHERE,  # asked of an SDK with versions (overview sdk_versions)
     "PerspectiveCamera fov default": ELSEWHERE,
     "PerspectiveCamera fov 默认值": ELSEWHERE,
     "PerspectiveCamera fov": ELSEWHERE,
