@@ -32,7 +32,7 @@ from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE, Transpo
 
 from apikeys.api import bearer_of, key_refusal
 from apikeys.mcp.server import SCOPE_CALLER, SCOPE_KEY_CALLS, build_server
-from apikeys.mcp.service import Caller, mcp_refusal_record, tool_names
+from apikeys.mcp.service import Caller, counted_tool_names, mcp_refusal_record
 from apikeys.models import ApiKey
 from apikeys.services import api_key_admit_call, api_key_authenticate
 from infra import live
@@ -263,7 +263,7 @@ def _admit(*, headers: dict, address: str, method: str | None, body: bytes | Non
     limit_headers: dict[str, str] = {}
     key_calls = {}
     if key is not None and method == "POST":
-        for call in _tool_calls(body, tool_names()):
+        for call in _tool_calls(body, counted_tool_names()):
             tool, arguments = call["params"]["name"], call["params"].get("arguments") or {}
             try:
                 key_call = key_calls[str(call.get("id"))] = api_key_admit_call(key=key, tool=tool)

@@ -19,7 +19,7 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 from pydantic.fields import FieldInfo
 
-from apikeys.mcp.service import Caller, mcp_ask, mcp_list_versions, mcp_search, tool_names
+from apikeys.mcp.service import Caller, mcp_ask, mcp_list_versions, mcp_search, tool_names, versions_tool_name
 from infra.errors import ServiceError
 from rag.services import LIMITS
 
@@ -276,7 +276,7 @@ def build_server(*, transport: str = "http") -> MCPServer:
                     annotations=read_only)
     server.add_tool(ask_docs, name=ask_name, title=f"Ask {product} docs", description=ask_description,
                     annotations=read_only)
-    server.add_tool(list_versions, name=f"list_{slug}_versions", title=f"{product} SDK versions",
+    server.add_tool(list_versions, name=versions_tool_name(), title=f"{product} SDK versions",
                     description=f"List the SDK versions of {product}'s documentation that can be asked (pass one as "
                                 f"`sdk_version` to {search_name} or {ask_name}), with their aliases and what "
                                 f"changed from the version before.", annotations=read_only)

@@ -11,17 +11,28 @@ from django.conf import settings
 from apikeys.services import KeyCall
 from infra.errors import ServiceError
 from rag.models import Channel, RequestRecord
+from rag.services import LIMITS
 from rag.services.questions import Caller, QuestionRequest, question_answer, question_refused, question_search
 from rag.services.sdk import sdk_versions_listed
 from rag.shapes import cited_chunks, hit_as_dict, sdk_version_as_dict
 
-__all__ = ["Caller", "mcp_ask", "mcp_list_versions", "mcp_refusal_record", "mcp_search", "tool_names"]
+__all__ = ["Caller", "counted_tool_names", "mcp_ask", "mcp_list_versions", "mcp_refusal_record", "mcp_search",
+           "tool_names", "versions_tool_name"]
 
 
 def tool_names() -> tuple[str, str]:
-    """The deployment's tool names: search_<slug>_docs and ask_<slug>_docs."""
+    """The deployment's question tools: search_<slug>_docs and ask_<slug>_docs."""
     slug = settings.RAG_PRODUCT_SLUG
     return f"search_{slug}_docs", f"ask_{slug}_docs"
+
+
+def versions_tool_name() -> str:
+    return f"list_{settings.RAG_PRODUCT_SLUG}_versions"
+
+
+def counted_tool_names() -> tuple[str, ...]:
+    """Every tool whose calls count against a key's rate limit and quota."""
+    return (*tool_names(), versions_tool_name())
 
 
 def _request(caller: Caller, tool: str, arguments: dict, **fields) -> QuestionRequest:
@@ -114,9 +125,10 @@ def mcp_refusal_record(*, caller: Caller, tool: str, arguments: dict, error: Ser
 def mcp_list_versions(*, kb=None, key_call: KeyCall | None = None) -> dict:
     """The SDK versions a knowledge base holds, for the list-versions tool (see `VersionsOutput`)."""
     slug = kb if kb is not None else settings.RAG_DEFAULT_KB
-    if not isinstance(slug, str) or "\x00" in slug:
-        raise ServiceError("invalid_kb", "kb must be the slug of a knowledge base.")
-    return sdk_versions_listed(slug)
+    with _settling(key_call):
+        if not isinstance(slug, str) or "\x00" in slug or len(slug) > LIMITS.kb_chars:
+            raise ServiceError("invalid_kb", "kb must be the slug of a knowledge base.")
+        return sdk_versions_listed(slug)
 
 
 def _provenance(outcome) -> dict:

@@ -129,3 +129,25 @@ async def test_a_tool_call_that_finds_the_index_building_counts_neither_as_a_cal
                for _, body in replies)
     usage = [(u.calls, u.failures) async for u in ApiKeyUsage.objects.filter(key=key)]
     assert usage in ([], [(0, 0)])
+
+
+@pytest.mark.asyncio
+async def test_the_versions_tool_counts_against_the_keys_quota_like_the_question_tools(settings, django_user_model,
+                                                                                       corpus_copy):
+    from apikeys.models import ApiKeyUsage
+    from rag.tests.conftest import make_built_kb
+
+    settings.RAG_MCP_STATELESS = True
+    await asyncio.to_thread(make_built_kb, corpus_copy)
+    owner = await django_user_model.objects.acreate(username="li.wei")
+    key, secret = await asyncio.to_thread(api_key_issue, owner=owner, name="cursor", daily_quota=1)
+    call = json.dumps({"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": {
+        "name": "list_sdk_versions", "arguments": {"kb": "sdk"}}}).encode()
+
+    async with serving() as app:
+        first, second = [await post(app, call, headers={"Authorization": f"Bearer {secret}"}) for _ in range(2)]
+
+    body = first[1] if isinstance(first[1], bytes) else json.dumps(first[1]).encode()
+    assert first[0] == 200 and b"no SDK versions" in body
+    assert second[0] == 429  # the daily quota of 1 is spent by the first listing
+    assert [(u.tool, u.calls) async for u in ApiKeyUsage.objects.filter(key=key)] == [("list_sdk_versions", 1)]
