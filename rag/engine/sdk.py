@@ -9,8 +9,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from .chunk import document_page
 from .text import HAN_RE, sha1
-from .types import Chunk, first_sentence
+from .types import Chunk, SourceDocument, first_sentence
 
 # A version as SDKs write it: `1.20`, `2.0.0-beta.3`, `r160`, `v5`, `2024.1`; kept exactly as given.
 VERSION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,31}$")
@@ -56,21 +57,30 @@ def newest_release(names_oldest_first: list[str]) -> str | None:
 # -- each version's API ----------------------------------------------------------------------------------------
 
 
-def api_catalog(chunks: list[Chunk]) -> dict:
-    """The classes and members a version documents, with what a diff compares: each class's page, and each member's
-    signature (its heading as written) and the hash of its description's first sentence.
+def api_catalog(documents: list[SourceDocument]) -> dict:
+    """The classes and members a version documents, read from each page's document model (so a member documented
+    by its signature alone counts too), with what a diff compares: each class's page, and each member's signature
+    (the generator's, else its heading as written) and the hash of its description's first sentence.
 
     {"classes": {class: {"source": page, "members": {member: [signature, description hash]}}}}"""
     classes: dict[str, dict] = {}
-    for chunk in chunks:
-        if not chunk.class_name:
+    for document in documents:
+        page = document_page(document)
+        if page.skipped:
             continue
-        entry = classes.setdefault(chunk.class_name, {"source": chunk.source, "members": {}})
-        if not chunk.member or chunk.part != 0 or chunk.member in entry["members"]:
-            continue
-        heading = chunk.heading_path[-1] if chunk.heading_path else chunk.member
-        description = first_sentence(chunk.text)
-        entry["members"][chunk.member] = [_signature(heading), sha1(_plain(description))[:12] if description else ""]
+        if page.symbol:
+            classes.setdefault(page.symbol, {"source": document.path, "members": {}})
+        for section in page.sections:
+            owner = section.owner or page.symbol
+            if not owner:
+                continue
+            entry = classes.setdefault(owner, {"source": document.path, "members": {}})
+            if not section.member or section.member in entry["members"]:
+                continue
+            heading = section.signature or (section.headings[-1] if section.headings else section.member)
+            description = first_sentence(section.markdown)
+            entry["members"][section.member] = [_signature(heading),
+                                                sha1(_plain(description))[:12] if description else ""]
     return {"classes": classes}
 
 
@@ -142,19 +152,18 @@ class CatalogDiffer:
                     changed.append((f"{new_name}.{member}", signature, new_members[member][0]))
             added += [(new_name, member) for member in new_members if member not in old_members]
 
-        # A member gone and one come with the same description on the same page: renamed, when the match is unique.
+        # A member gone and one come on the same page with the same description (or, with none, the same signature
+        # but for the name): renamed, when the match is unique both ways.
         renamed = []
         by_description: dict[tuple[str, str], list[tuple[str, str]]] = {}
         for owner, member in added:
-            description = new_classes[owner]["members"][member][1]
-            if description:
-                by_description.setdefault((new_classes[owner]["source"], description), []).append((owner, member))
+            by_description.setdefault(_likeness(new_classes[owner], member), []).append((owner, member))
         gone_by_description: dict[tuple[str, str], int] = {}
         for owner, member in removed:
-            key = (old_classes[owner]["source"], old_classes[owner]["members"][member][1])
+            key = _likeness(old_classes[owner], member)
             gone_by_description[key] = gone_by_description.get(key, 0) + 1
         for owner, member in list(removed):
-            key = (old_classes[owner]["source"], old_classes[owner]["members"][member][1])
+            key = _likeness(old_classes[owner], member)
             matches = by_description.get(key, [])
             if key[1] and len(matches) == 1 and gone_by_description[key] == 1:
                 renamed.append((f"{owner}.{member}", f"{matches[0][0]}.{matches[0][1]}"))
@@ -169,6 +178,13 @@ class CatalogDiffer:
             added=tuple(f"{owner}.{member}" for owner, member in added),
             removed=tuple(f"{owner}.{member}" for owner, member in removed),
             renamed=tuple(renamed), signature_changed=tuple(changed))
+
+
+def _likeness(entry: dict, member: str) -> tuple[str, str]:
+    """What a renamed member keeps: its page, and its description's hash, else its signature without its name."""
+    signature, description = entry["members"][member]
+    shape = signature.replace(member, "\x00", 1) if member in signature and signature != member else ""
+    return entry["source"], description or (f"signature:{shape}" if shape else "")
 
 
 # -- what a question about one version is told about the others ------------------------------------------------

@@ -298,7 +298,7 @@ def index_build(kb: KnowledgeBase, *, progress=None, activate: bool = True,
     for chunk in chunks:
         counts[chunk.source] = counts.get(chunk.source, 0) + 1
     version.pages_skipped = pages_skipped(documents, counts)
-    version.api_catalog = api_catalog(chunks)  # what an SDK version is compared with its neighbours by
+    version.api_catalog = api_catalog(documents)  # what an SDK version is compared with its neighbours by
     version.save(update_fields=["pages_skipped", "api_catalog"])
     if not chunks:
         reasons = sorted({page["reason"] for page in version.pages_skipped})

@@ -19,6 +19,7 @@ from rag.engine.sdk import ordered as ordered_names
 from rag.models import KnowledgeBase
 
 MAX_SLUG_CHARS = KnowledgeBase._meta.get_field("slug").max_length
+MAX_NOTES_CACHED = 32  # SDKs whose versions' catalogs are kept compared in this process
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +165,8 @@ def version_notes(served: Served, question: str) -> tuple[VersionNote, ...]:
     if notes is None:
         notes = VersionNotes(catalogs=[(row.sdk_version, _catalog(row)) for row in versions],
                              diffs=sdk_diffs(versions))
-        _notes.clear()  # only the current builds are asked about
+        if len(_notes) >= MAX_NOTES_CACHED:  # builds replaced since: their entries are never asked again
+            _notes.clear()
         _notes[key] = notes
     return tuple(_with_evidence(note, served.sdk) for note in notes.run(question, served.sdk_version))
 

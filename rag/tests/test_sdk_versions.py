@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 
 from infra.errors import ServiceError
-from rag.engine.chunk import chunk_documents
 from rag.engine.ingest import read_folder
 from rag.engine.sdk import CatalogDiffer, VersionNotes, api_catalog, newest_release, ordered
 from rag.models import Channel, KnowledgeBase, RequestRecord
@@ -19,7 +18,7 @@ from rag.tests.test_cli import run_json, run_json_failure
 @pytest.fixture(scope="module")
 def catalogs(tmp_path_factory):
     folders = write_versions(tmp_path_factory.mktemp("sdk"))
-    return {version: api_catalog(chunk_documents(read_folder(folder))) for version, folder in folders.items()}
+    return {version: api_catalog(read_folder(folder)) for version, folder in folders.items()}
 
 
 # -- order ------------------------------------------------------------------------------------------------
@@ -228,3 +227,18 @@ def test_each_version_is_synced_from_its_own_git_tag_and_syncing_one_leaves_the_
     assert after["fx@2.0"] != before["fx@2.0"]
     assert {slug: after[slug] for slug in ("fx@1.4", "fx@2.1")} == {s: before[s] for s in ("fx@1.4", "fx@2.1")}
     assert ask("Viewer captureFrame", sdk_version="1.4").version_notes[0].kind == "added"
+
+
+def test_members_documented_by_their_signature_alone_are_compared_too(tmp_path):
+    pages = {"1": "# Quat\n\nA rotation.\n\n## Properties\n\n### .x : Float\n\n### .getters : Array\n\n"
+                  "### .y : Float\n",
+             "2": "# Quat\n\nA rotation.\n\n## Properties\n\n### .x : Double\n\n### .getterTable : Array\n\n"
+                  "### .y : Float\n"}
+    catalogs = {}
+    for version, text in pages.items():
+        (tmp_path / version).mkdir()
+        (tmp_path / version / "Quat.md").write_text(text, encoding="utf-8")
+        catalogs[version] = api_catalog(read_folder(tmp_path / version))
+    diff = CatalogDiffer().run("1", catalogs["1"], "2", catalogs["2"])
+    assert [member for member, _, _ in diff.signature_changed] == ["Quat.x"]
+    assert diff.renamed == (("Quat.getters", "Quat.getterTable"),) and not diff.added and not diff.removed
