@@ -100,11 +100,13 @@ def citation_as_dict(citation: Citation) -> dict:
 
 
 def cited_chunks(outcome: AnswerOutcome) -> list[dict]:
-    """Each citation with the chunk it points to: class, member and text (the evidence the answer used)."""
+    """Each citation with the chunk it points to: class, member and text (the evidence the answer used), and the
+    SDK version it comes from (null for a knowledge base without versions)."""
     hits = {h.chunk.chunk_id: h for h in outcome.result.hits}
     cited = []
     for citation in outcome.answer.citations:
         hit = hits.get(citation.chunk_id)
         cited.append({**citation_as_dict(citation), "class_name": hit.chunk.class_name if hit else "",
-                      "member": hit.chunk.member if hit else "", "text": hit.chunk.text if hit else ""})
+                      "member": hit.chunk.member if hit else "", "text": hit.chunk.text if hit else "",
+                      "sdk_version": outcome.sdk_version or None})
     return cited

@@ -105,6 +105,7 @@ class Citation(BaseModel):
     member: str
     link: str = Field(default="", description="The page and the generator's anchor of the section (api.html#click.echo)")
     text: str
+    sdk_version: str | None = Field(default=None, description="The SDK version the cited section belongs to")
 
 
 class Usage(BaseModel):

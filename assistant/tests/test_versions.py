@@ -53,3 +53,9 @@ def test_the_chat_page_offers_each_sdk_once_with_its_versions(client, sdk):
     page = client.get("/").content.decode()
     assert '<option value="fx"' in page and 'value="fx@2.0"' not in page
     assert 'data-versions="[&quot;2.1&quot;, &quot;2.0&quot;, &quot;1.4&quot;]"' in page
+
+
+def test_each_citation_names_the_version_it_comes_from(client, sdk):
+    body = post(client, "/api/chat", {"question": "How do I resize the Viewer canvas with setSize?",
+                                      "sdk_version": "1.4"}).json()
+    assert body["citations"] and {c["sdk_version"] for c in body["citations"]} == {"1.4"}
