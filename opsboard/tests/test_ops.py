@@ -415,3 +415,19 @@ def test_freshness_lists_each_sdk_version_with_its_staleness_traffic_and_feedbac
     assert bases["fx@2.0"]["traffic"] == {"kb": "fx@2.0", "requests": 2, "failures": 1, "thumbs_down": 1}
     assert bases["fx@1.4"]["traffic"]["requests"] == 0 and bases["fx@1.4"]["evaluated"] is None
     assert "SDK fx, version 2.0" in page and "2 request(s), 1 failed, 1 thumbs-down" in page
+
+
+def test_a_replay_asks_the_sdk_version_the_request_read(tmp_path):
+    from opsboard.services import replay_request
+    from rag.services.questions import QuestionRequest, question_search
+    from rag.tests.sdk_fixture import build_sdk
+
+    rows = build_sdk(tmp_path)
+    asked = question_search(QuestionRequest(question="Viewer setSize", kb="fx", sdk_version="2.0", channel=Channel.WEB))
+
+    replay = replay_request(asked.request_id)
+
+    index = rows["2.0"].active_version.name
+    assert replay["record"].kb == "fx@2.0" and replay["active_version"] == index
+    assert replay["runs"]["recorded"]["version"] == index
+    assert replay["same"]["recorded"]["evidence"] == "same" and replay["same"]["active"]["evidence"] == "same"
