@@ -228,3 +228,25 @@ def test_while_the_docs_are_indexed_the_page_waits_calmly_and_asks_again_on_its_
         assert api_replies[0] == (503, "5") and api_replies[-1][0] == 200
     else:
         assert api_replies == []
+
+
+@pytest.mark.slow
+def test_the_version_selector_asks_the_chosen_sdk_version_and_remembers_it(live_daphne, browser, tmp_path):
+    from rag.tests.sdk_fixture import build_sdk
+
+    build_sdk(tmp_path)
+    page = browser.new_page()
+    page.goto(live_daphne + "/")
+    page.select_option("#kb", "fx")
+    options = page.locator("#sdk-version option").all_inner_texts()
+    page.select_option("#sdk-version", "2.0")
+    page.fill("#question", "How does captureFrame work?")
+    page.press("#question", "Enter")
+    page.wait_for_selector(".turn .badges .badge", timeout=30_000)
+    answer = page.inner_text(".turn .answer")
+    page.reload()
+    page.select_option("#kb", "fx")
+
+    assert options == ["latest", "2.1", "2.0", "1.4"]
+    assert "captureFrame was added in 2.1" in answer.replace("`", "")
+    assert page.locator("#sdk-version").input_value() == "2.0"  # remembered by this browser
