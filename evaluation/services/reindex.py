@@ -27,17 +27,25 @@ def gate_sets_for(kb: str) -> list[GoldenSet]:
     return sets
 
 
-def _has_baseline(golden_set: GoldenSet, kb: KnowledgeBase) -> bool:
+def gate_scope(kb: KnowledgeBase) -> tuple[str, str]:
+    """Whose questions gate `kb`, and about which SDK version: its own, or (for an SDK version without questions of
+    its own) its SDK's, asked about this version."""
+    if kb.sdk_id is not None and not gate_sets_for(kb.slug):
+        return kb.sdk.slug, kb.sdk_version
+    return kb.slug, ""
+
+
+def _has_baseline(golden_set: GoldenSet, kb: KnowledgeBase, items_kb: str) -> bool:
     active = KnowledgeBase.objects.filter(pk=kb.pk).values_list("active_version__name", flat=True).first()
     runs = EvalRun.objects.filter(golden_set__name=golden_set.name, status=EvalRun.Status.DONE, candidate=False)
-    return any(r.index_versions.get(kb.slug) == active for r in runs.order_by("-finished_at")[:50])
+    return any(r.index_versions.get(items_kb) == active for r in runs.order_by("-finished_at")[:50])
 
 
 def gated_reindex_start(*, kb: KnowledgeBase, user=None) -> None:
     """Queue a gated reindex of `kb` on Celery (the eval center's button)."""
     from evaluation.tasks import gated_reindex_task
 
-    if not gate_sets_for(kb.slug):
+    if not gate_sets_for(gate_scope(kb)[0]):
         raise ServiceError("no_gate_sets", f"No golden set has questions for {kb.slug}.", status=409)
     user_id = user.pk if user else None
     transaction.on_commit(lambda: enqueue(gated_reindex_task, kb.pk, user_id))
@@ -49,18 +57,21 @@ def index_build_gated(kb: KnowledgeBase, *, progress=None, run_progress=None, us
     A failing candidate stays ready but inactive (its `error` says why), and the previous version keeps
     serving. Installed as the release gate of `rag reindex --gate` (see `EvaluationConfig.ready`).
     """
-    sets = gate_sets_for(kb.slug)
+    items_kb, sdk_version = gate_scope(kb)
+    sets = gate_sets_for(items_kb)
     if not sets:
         raise ServiceError("no_gate_sets", f"No golden set has questions for {kb.slug}; import one first "
                                            "(`manage.py eval import`).", status=409)
     if kb.active_version_id:  # the candidate is judged against the active version's run, so make sure there is one
         for golden_set in sets:
-            if not _has_baseline(golden_set, kb):
-                eval_run_execute(eval_run_create(golden_set=golden_set, kb=kb.slug, user=user).pk)
+            if not _has_baseline(golden_set, kb, items_kb):
+                eval_run_execute(eval_run_create(golden_set=golden_set, kb=items_kb, user=user,
+                                                 sdk_version=sdk_version).pk)
     version = index_build(kb, progress=progress, activate=False)
     runs, failed = [], []
     for golden_set in sets:
-        run = eval_run_create(golden_set=golden_set, kb=kb.slug, index_version=version.name, user=user)
+        run = eval_run_create(golden_set=golden_set, kb=items_kb, index_version=version.name, user=user,
+                              sdk_version=sdk_version)
         run = eval_run_execute(run.pk, progress=run_progress)
         runs.append(run)
         failed += [{"golden_set": str(golden_set), **g} for g in run.gates if g["status"] != "pass"

@@ -43,3 +43,20 @@ def test_a_golden_set_is_run_against_the_version_asked_and_says_which(tmp_path):
     with pytest.raises(ServiceError) as raised:
         eval_run_create(golden_set=golden_set, sdk_version="0.9")
     assert raised.value.code == "sdk_version_not_found"
+
+
+def test_a_versions_gate_asks_its_sdks_golden_questions_about_that_version(tmp_path):
+    from evaluation.services.reindex import gate_scope, index_build_gated
+
+    rows = build_sdk(tmp_path)
+    golden_import(name="fx-retrieval", kind="retrieval", text="\n".join(json.dumps(item) for item in ITEMS) + "\n")
+
+    assert gate_scope(rows["1.4"]) == ("fx", "1.4")
+    newest, oldest = index_build_gated(rows["2.1"]), index_build_gated(rows["1.4"])
+
+    assert newest.activated and not oldest.activated  # Timer's question misses on 1.4, whose page it lacks
+    runs = {run["id"]: run for run in oldest.runs}
+    from evaluation.models import EvalRun
+    candidate = EvalRun.objects.get(pk=next(iter(runs)))
+    assert (candidate.sdk_version, candidate.index_versions, candidate.candidate) == (
+        "1.4", {"fx": oldest.version.name}, True)
