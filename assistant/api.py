@@ -92,6 +92,17 @@ class AskInput(serializers.Serializer):
                                   help_text="The SDK version to read (`2.0`, `latest`, an alias) when the knowledge "
                                             "base holds several; default `latest`. One that is not indexed is 404 "
                                             "`sdk_version_not_found` with the indexed ones in `details.versions`.")
+    version = StrictCharField(min_length=1, max_length=32, required=False,
+                              help_text="The same as `sdk_version` (a reply's `version` is the index version read).")
+
+    def validate(self, data):
+        """`version` is another name of `sdk_version`: never ignored, and two different ones are refused."""
+        version = data.pop("version", None)
+        if version is not None:
+            if data.get("sdk_version", version) != version:
+                raise serializers.ValidationError({"version": ["version and sdk_version name different versions."]})
+            data["sdk_version"] = version
+        return data
     exclude = ListField(child=StrictCharField(min_length=1, max_length=LIMITS.chunk_id_chars, validators=[NO_NUL]),
                         required=False,
                         max_length=LIMITS.exclude, help_text="chunk ids not to use")

@@ -245,9 +245,10 @@ def build_server(*, transport: str = "http") -> MCPServer:
                                       maximum=LIMITS.top_k)] = None,
         kb: Annotated[Any, _schema("Knowledge base slug; default: the deployment's", type="string")] = None,
         sdk_version: Annotated[Any, _schema(VERSION_HELP, type="string", maxLength=32)] = None,
+        version: Annotated[Any, _schema("The same as sdk_version", type="string", maxLength=32)] = None,
     ) -> Annotated[CallToolResult, SearchOutput]:
         data = await _run(mcp_search, ctx, caller=_caller(ctx, transport), question=question, top_k=top_k, kb=kb,
-                          sdk_version=sdk_version)
+                          sdk_version=sdk_version, version=version)
         return CallToolResult(content=[TextContent(type="text", text=render_search(data))], structured_content=data)
 
     async def ask_docs(
@@ -258,9 +259,10 @@ def build_server(*, transport: str = "http") -> MCPServer:
                                         items={"type": "string"}, maxItems=LIMITS.exclude)] = None,
         kb: Annotated[Any, _schema("Knowledge base slug; default: the deployment's", type="string")] = None,
         sdk_version: Annotated[Any, _schema(VERSION_HELP, type="string", maxLength=32)] = None,
+        version: Annotated[Any, _schema("The same as sdk_version", type="string", maxLength=32)] = None,
     ) -> Annotated[CallToolResult, AskOutput]:
         data = await _run(mcp_ask, ctx, caller=_caller(ctx, transport), question=question, exclude=exclude, kb=kb,
-                          sdk_version=sdk_version)
+                          sdk_version=sdk_version, version=version)
         return CallToolResult(content=[TextContent(type="text", text=render_ask(data))], structured_content=data)
 
     async def list_versions(

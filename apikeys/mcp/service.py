@@ -5,6 +5,7 @@ the result for the tools, and settle the call the HTTP gate admitted on the call
 from __future__ import annotations
 
 from contextlib import nullcontext
+from dataclasses import replace
 
 from django.conf import settings
 
@@ -66,14 +67,27 @@ def _arguments(sdk_version, **arguments) -> dict:
     return {**arguments, "sdk_version": sdk_version} if sdk_version is not None else arguments
 
 
-def mcp_search(*, caller: Caller, question, top_k=None, kb=None, sdk_version=None,
+def _one_version(request: QuestionRequest, kind: str, version) -> QuestionRequest:
+    """`version` is another name of `sdk_version`, never ignored; two different ones are refused (and recorded)."""
+    if version is None:
+        return request
+    if request.sdk_version is not None and request.sdk_version != version:
+        error = ServiceError("invalid_sdk_version", "version and sdk_version name different versions.")
+        question_refused(request, kind=kind, error=error)
+        raise error
+    return replace(request, sdk_version=version)
+
+
+def mcp_search(*, caller: Caller, question, top_k=None, kb=None, sdk_version=None, version=None,
                key_call: KeyCall | None = None) -> dict:
     """Search the documentation for one tool call; return the result as a plain dict (see `SearchOutput`)."""
     tool = tool_names()[0]
     arguments = _arguments(sdk_version, question=question, top_k=top_k, kb=kb or settings.RAG_DEFAULT_KB)
+    arguments = {**arguments, "version": version} if version is not None else arguments
     with _settling(key_call):
         request = _request(caller, tool, arguments, question=question, top_k=top_k, kb=kb, sdk_version=sdk_version)
         _refuse_nul(request, RequestRecord.Kind.SEARCH)
+        request = _one_version(request, RequestRecord.Kind.SEARCH, version)
         outcome = question_search(request)
     return {
         "request_id": outcome.request_id,
@@ -84,16 +98,18 @@ def mcp_search(*, caller: Caller, question, top_k=None, kb=None, sdk_version=Non
     }
 
 
-def mcp_ask(*, caller: Caller, question, exclude=None, kb=None, sdk_version=None,
+def mcp_ask(*, caller: Caller, question, exclude=None, kb=None, sdk_version=None, version=None,
             key_call: KeyCall | None = None) -> dict:
     """Answer a question from the documentation for one tool call (see `AskOutput`)."""
     tool = tool_names()[1]
     exclude = [] if exclude is None else exclude
     arguments = _arguments(sdk_version, question=question, exclude=exclude, kb=kb or settings.RAG_DEFAULT_KB)
+    arguments = {**arguments, "version": version} if version is not None else arguments
     with _settling(key_call) as call:
         request = _request(caller, tool, arguments, question=question, exclude=exclude, kb=kb,
                            sdk_version=sdk_version)
         _refuse_nul(request, RequestRecord.Kind.CHAT)
+        request = _one_version(request, RequestRecord.Kind.CHAT, version)
         outcome = question_answer(request)
         if call is not None:
             call.spent(outcome.answer.usage)

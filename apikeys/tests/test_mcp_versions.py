@@ -59,3 +59,14 @@ async def test_a_version_that_is_not_indexed_is_a_tool_error_naming_those_that_a
 
     assert result.is_error
     assert "sdk_version_not_found" in result.content[0].text and "1.4, 2.0, 2.1" in result.content[0].text
+
+
+@pytest.mark.asyncio
+async def test_version_is_another_name_of_sdk_version_and_never_ignored(sdk):
+    async with Client(build_server(transport="stdio")) as client:
+        named = await client.call_tool("search_sdk_docs", {"question": "Viewer setSize", "version": "2.0"})
+        clash = await client.call_tool("ask_sdk_docs", {"question": "Viewer", "version": "2.0", "sdk_version": "1.4"})
+
+    assert named.structured_content["sdk_version"] == "2.0"
+    assert clash.is_error and "invalid_sdk_version" in clash.content[0].text
+    assert await RequestRecord.objects.filter(error_code="invalid_sdk_version").acount() == 1

@@ -59,3 +59,9 @@ def test_each_citation_names_the_version_it_comes_from(client, sdk):
     body = post(client, "/api/chat", {"question": "How do I resize the Viewer canvas with setSize?",
                                       "sdk_version": "1.4"}).json()
     assert body["citations"] and {c["sdk_version"] for c in body["citations"]} == {"1.4"}
+
+
+def test_version_is_another_name_of_sdk_version_and_never_ignored(client, sdk):
+    assert post(client, "/api/search", {"question": "Viewer", "version": "1.4"}).json()["sdk_version"] == "1.4"
+    clash = post(client, "/api/search", {"question": "Viewer", "version": "1.4", "sdk_version": "2.0"})
+    assert clash.status_code == 400 and clash.json()["code"] == "invalid_request" and "version" in clash.json()["fields"]
