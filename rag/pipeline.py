@@ -12,6 +12,7 @@ from django.conf import settings
 
 from rag.engine.embed import LocalE5Embedder, OpenAIEmbedder, QueryVectorCache
 from rag.engine.breaker import CircuitBreaker
+from rag.engine.budget import CharacterTokenCounter, ModelTokenCounter, TokenCounter
 from rag.engine.constrained import ConstrainedChooser, provider_of
 from rag.engine.generate import ExtractiveGenerator, Generator, LlmGenerator
 from rag.engine.llm import ChatClient
@@ -56,6 +57,11 @@ class Engine:
     def __post_init__(self) -> None:
         self.weighted = WeightedSearcher(queries=self.queries, rerankers=self.rerankers,
                                          rerank_candidates=self.rerank_candidates)
+
+    @property
+    def token_counter(self) -> TokenCounter:
+        """How the agent-facing faces count tokens: the bundled model's tokenizer when it is the embedder."""
+        return ModelTokenCounter(self.embedder) if hasattr(self.embedder, "token_count") else CharacterTokenCounter()
 
     def reader(self, kb: str, version: str) -> VersionReader:
         """The open reader of a version, opened on first use; raise IndexError_ when it does not open (missing,

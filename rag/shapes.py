@@ -71,15 +71,18 @@ def search_as_dict(outcome: SearchOutcome | AnswerOutcome, *, top_k: int | None)
     }
 
 
-def context_text(outcome: SearchOutcome) -> str:
-    """Number the evidence the way seed 000's `context` does: source, file, title, heading path, text."""
+def context_text(outcome: SearchOutcome, pieces: list[tuple[int, Hit, str]] | None = None) -> str:
+    """Number the evidence the way seed 000's `context` does: source, file, title, heading path, text. `pieces`
+    (rank, hit, text as packed into a token budget) replace the adopted hits when given."""
+    if pieces is None:
+        pieces = [(n, hit, hit.chunk.text) for n, hit in enumerate(outcome.result.hits, start=1)]
     blocks = []
-    for n, hit in enumerate(outcome.result.hits, start=1):
+    for n, hit, text in pieces:
         chunk = hit.chunk
         heading = " > ".join(chunk.heading_path[1:]) or chunk.title
         blocks.append(
             f"[{n}] 来源: {chunk.title} · {heading}\n文件: {chunk.source}\n标题: {chunk.title}\n"
-            f"标题路径: {heading}\n\n---\n{chunk.text}"
+            f"标题路径: {heading}\n\n---\n{text}"
         )
     return "\n\n".join(blocks)
 

@@ -21,7 +21,9 @@ from pydantic.fields import FieldInfo
 
 from apikeys.mcp.service import Caller, mcp_ask, mcp_list_versions, mcp_search, tool_names, versions_tool_name
 from infra.errors import ServiceError
+from rag.engine.budget import MIN_BUDGET
 from rag.services import LIMITS
+from rag.services.budgets import DEFAULT_MAX_TOKENS, MAX_TOKENS_LIMIT
 
 SLUG_PATTERN = re.compile(r"[a-z0-9][a-z0-9_]{0,31}")
 SCOPE_CALLER = "rag.mcp.caller"  # the HTTP gate puts the authenticated Caller in the ASGI scope under this key
@@ -42,6 +44,10 @@ class Chunk(BaseModel):
     link: str = Field(default="", description="The page and the generator's anchor of the section (api.html#click.echo)")
     score: float
     text: str
+    complete: bool = Field(default=True, description="False when the budget cut the section (at a block or "
+                                                     "sentence boundary)")
+    dropped_code_blocks: list[str] = Field(default_factory=list, description="Code blocks left out whole because "
+                                                                             "they did not fit (their first line)")
 
 
 class Plan(BaseModel):
@@ -65,6 +71,11 @@ class SearchOutput(BaseModel):
     version_notes: list[VersionNote] = Field(default_factory=list)
     plan: Plan
     results: list[Chunk]
+    tokens: int = Field(default=0, description="Tokens this response's results hold (the bundled model's tokenizer)")
+    max_tokens: int = Field(default=0, description="The budget they were packed into")
+    left_out: list[str] = Field(default_factory=list, description="Ids of the ranked sections not in this response")
+    cursor: str | None = Field(default=None, description="Pass it back to get the next sections; null when none "
+                                                         "are left")
 
 
 class VersionNote(BaseModel):
@@ -198,8 +209,13 @@ def render_search(data: dict) -> str:
     blocks = [head]
     for chunk in data["results"]:
         name = ".".join(part for part in (chunk["class_name"], chunk["member"]) if part) or chunk["title"]
+        cut = "" if chunk.get("complete", True) else " [cut to the budget]"
+        dropped = "".join(f"\n(code block left out: {line})" for line in chunk.get("dropped_code_blocks") or ())
         blocks.append(f"[{chunk['rank']}] {name} — {chunk['source']} › {chunk['heading_path']} "
-                      f"(chunk {chunk['chunk_id']})\n{chunk['text']}")
+                      f"(chunk {chunk['chunk_id']}){cut}\n{chunk['text']}{dropped}")
+    if data.get("cursor"):
+        blocks.append(f"{data['tokens']} of {data['max_tokens']} tokens; {len(data['left_out'])} more section(s): "
+                      f"call again with cursor \"{data['cursor']}\" for the next ones.")
     return "\n\n".join(blocks)
 
 
@@ -246,9 +262,13 @@ def build_server(*, transport: str = "http") -> MCPServer:
         kb: Annotated[Any, _schema("Knowledge base slug; default: the deployment's", type="string")] = None,
         sdk_version: Annotated[Any, _schema(VERSION_HELP, type="string", maxLength=32)] = None,
         version: Annotated[Any, _schema("The same as sdk_version", type="string", maxLength=32)] = None,
+        max_tokens: Annotated[Any, _schema(f"Token budget of the response (default {DEFAULT_MAX_TOKENS})",
+                                           type="integer", minimum=MIN_BUDGET, maximum=MAX_TOKENS_LIMIT)] = None,
+        cursor: Annotated[Any, _schema("The cursor a previous response gave, to continue with its next sections",
+                                       type="string")] = None,
     ) -> Annotated[CallToolResult, SearchOutput]:
         data = await _run(mcp_search, ctx, caller=_caller(ctx, transport), question=question, top_k=top_k, kb=kb,
-                          sdk_version=sdk_version, version=version)
+                          sdk_version=sdk_version, version=version, max_tokens=max_tokens, cursor=cursor)
         return CallToolResult(content=[TextContent(type="text", text=render_search(data))], structured_content=data)
 
     async def ask_docs(

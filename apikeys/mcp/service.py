@@ -14,6 +14,8 @@ from infra.errors import ServiceError
 from rag.models import Channel, RequestRecord
 from rag.services import LIMITS
 from rag.services.questions import Caller, QuestionRequest, question_answer, question_refused, question_search
+from rag.engine.budget import Position
+from rag.services.budgets import PAGED_CANDIDATES, call_scope, checked_max_tokens, evidence_within, start_of
 from rag.services.sdk import sdk_versions_listed
 from rag.shapes import cited_chunks, hit_as_dict, sdk_version_as_dict
 
@@ -78,23 +80,45 @@ def _one_version(request: QuestionRequest, kind: str, version) -> QuestionReques
     return replace(request, sdk_version=version)
 
 
-def mcp_search(*, caller: Caller, question, top_k=None, kb=None, sdk_version=None, version=None,
-               key_call: KeyCall | None = None) -> dict:
-    """Search the documentation for one tool call; return the result as a plain dict (see `SearchOutput`)."""
+def _budget(request: QuestionRequest, kind: str, max_tokens, cursor) -> tuple[int, Position, str]:
+    """The call's budget and where its response starts (the top, or its cursor): checked before the question is
+    asked, a bad one refused and recorded like any bad argument."""
+    scope = call_scope(question=request.question, kb=request.kb, sdk_version=request.sdk_version)
+    try:
+        return checked_max_tokens(max_tokens), start_of(cursor, scope), scope
+    except ServiceError as error:
+        question_refused(request, kind=kind, error=error)
+        raise
+
+
+def mcp_search(*, caller: Caller, question, top_k=None, kb=None, sdk_version=None, version=None, max_tokens=None,
+               cursor=None, key_call: KeyCall | None = None) -> dict:
+    """Search the documentation for one tool call, within a token budget; return the result as a plain dict (see
+    `SearchOutput`). At most `top_k` sections a response; `cursor` continues with the next ones."""
     tool = tool_names()[0]
     arguments = _arguments(sdk_version, question=question, top_k=top_k, kb=kb or settings.RAG_DEFAULT_KB)
-    arguments = {**arguments, "version": version} if version is not None else arguments
+    extra = {"version": version, "max_tokens": max_tokens, "cursor": cursor}
+    arguments = {**arguments, **{name: value for name, value in extra.items() if value is not None}}
     with _settling(key_call):
-        request = _request(caller, tool, arguments, question=question, top_k=top_k, kb=kb, sdk_version=sdk_version)
+        request = _request(caller, tool, arguments, question=question, top_k=top_k, kb=kb, sdk_version=sdk_version,
+                           candidates=PAGED_CANDIDATES, cache=True)
         _refuse_nul(request, RequestRecord.Kind.SEARCH)
         request = _one_version(request, RequestRecord.Kind.SEARCH, version)
+        budget, start, scope = _budget(request, RequestRecord.Kind.SEARCH, max_tokens, cursor)
         outcome = question_search(request)
+    per_response = top_k if type(top_k) is int else len(outcome.result.hits) or 5
+    packed, following = evidence_within(outcome, max_tokens=budget, start=start, scope=scope,
+                                        per_response=per_response)
+    hits = {hit.chunk.chunk_id: hit for hit in (*outcome.candidates, *outcome.result.hits)}
     return {
         "request_id": outcome.request_id,
         "question": question,
         **_provenance(outcome),
         "plan": _plan_summary(outcome.result.plan),
-        "results": [_chunk(hit, rank, outcome) for rank, hit in enumerate(outcome.result.hits, start=1)],
+        "results": [{**_chunk(hits[piece.chunk_id], piece.item + 1, outcome), "text": piece.text,
+                     "complete": piece.complete, "dropped_code_blocks": list(piece.dropped_code)}
+                    for piece in packed.items],
+        "tokens": packed.tokens, "max_tokens": budget, "left_out": list(packed.left_out), "cursor": following,
     }
 
 

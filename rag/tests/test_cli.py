@@ -326,3 +326,17 @@ def test_a_database_never_migrated_is_a_clear_json_error(tmp_path, command):
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert payload == {"ok": False, "code": "database_not_migrated", "error": payload["error"]}
     assert "manage.py migrate" in payload["error"]
+
+
+def test_a_budgeted_search_and_context_keep_their_budget_and_page_with_a_cursor(built_kb):
+    question = "WebGLRenderer shadowMap 怎么开启阴影？"
+    first = run_json("search", "--kb", "sdk", question, "--max-tokens", "250")
+    assert first["tokens"] <= 250 and first["max_tokens"] == 250 and first["cursor"]
+    second = run_json("search", "--kb", "sdk", question, "--max-tokens", "250", "--cursor", first["cursor"])
+    assert second["results"] and second["results"][0]["rank"] >= first["results"][-1]["rank"]
+    context = run_json("context", "--kb", "sdk", question, "--max-tokens", "250")
+    assert context["tokens"] <= 250 and context["context"].startswith("[1] ") and context["cursor"] == first["cursor"]
+    assert run_json_failure("search", "--kb", "sdk", question, "--cursor", "bm90IG91cnM")["code"] == "invalid_cursor"
+    assert run_json_failure("search", "--kb", "sdk", question, "--max-tokens", "10")["code"] == "invalid_max_tokens"
+    plain = run_json("search", "--kb", "sdk", question)
+    assert "cursor" not in plain  # without a budget the seed's shape is unchanged

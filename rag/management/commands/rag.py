@@ -32,7 +32,8 @@ from rag.services.questions import MAX_TOP_K, QuestionRequest, question_answer, 
 from rag.services.release import index_build_gated
 from rag.services.sdk import (kb_serving, sdk_changes, sdk_version_ensure, sdk_versions_diff, sdk_versions_listed,
                               split_kb)
-from rag.shapes import citation_as_dict, context_text, sdk_version_as_dict, search_as_dict, sources_of
+from rag.services.budgets import PAGED_CANDIDATES, call_scope, checked_max_tokens, evidence_within, start_of
+from rag.shapes import citation_as_dict, context_text, hit_as_dict, sdk_version_as_dict, search_as_dict, sources_of
 
 ARGUMENTS_ERROR = "invalid_arguments"
 NOT_MIGRATED = ServiceError("database_not_migrated", "The database has no tables yet: run `python manage.py "
@@ -98,6 +99,11 @@ class Command(BaseCommand):
                 if name != "ask":
                     p.add_argument("--mode", default="hybrid", choices=["hybrid", "vector", "bm25"])
                 p.add_argument("--exclude", action="append", default=[], help="a chunk id to leave out (repeatable)")
+                if name != "ask":
+                    p.add_argument("--max-tokens", type=int, default=None,
+                                   help="pack the results into this many tokens (100-100000), cut at block and "
+                                        "sentence boundaries; the JSON gives a cursor for the rest")
+                    p.add_argument("--cursor", default=None, help="continue from the cursor a budgeted call gave")
                 p.add_argument("--no-record", action="store_true",
                                help="leave no request record (batch runs); every question is recorded by default")
             if name == "read":
@@ -198,14 +204,42 @@ class Command(BaseCommand):
         }
 
     def _request(self, kb: str, options, question: str) -> QuestionRequest:
+        budgeted = options.get("max_tokens") is not None or options.get("cursor") is not None
         return QuestionRequest(question=question, kb=kb, sdk_version=options["sdk_version"], channel=Channel.CLI,
-                               top_k=options["top_k"],
+                               top_k=options["top_k"], candidates=PAGED_CANDIDATES if budgeted else None,
+                               cache=budgeted,
                                mode=options.get("mode", "hybrid"), exclude=options["exclude"],
                                record=not options["no_record"])
 
+    def _budget(self, kb: str, options):
+        """With --max-tokens or --cursor: the budget, the start and the cursor's scope, checked before asking."""
+        if options.get("max_tokens") is None and options.get("cursor") is None:
+            return None
+        scope = call_scope(question=options["question"], kb=kb, sdk_version=options["sdk_version"])
+        return checked_max_tokens(options["max_tokens"]), start_of(options["cursor"], scope), scope
+
+    def _packed(self, outcome, options, budget) -> tuple[list, dict]:
+        """The budgeted pieces (rank, hit, text) and the budget's fields of the JSON."""
+        max_tokens, start, scope = budget
+        packed, following = evidence_within(outcome, max_tokens=max_tokens, start=start, scope=scope,
+                                            per_response=options["top_k"] or 5)
+        hits = {hit.chunk.chunk_id: hit for hit in (*outcome.candidates, *outcome.result.hits)}
+        pieces = [(piece.item + 1, hits[piece.chunk_id], piece.text, piece) for piece in packed.items]
+        return pieces, {"tokens": packed.tokens, "max_tokens": max_tokens, "left_out": list(packed.left_out),
+                        "cursor": following}
+
     def _search(self, kb: str, options) -> dict:
+        budget = self._budget(kb, options)
         outcome = question_search(self._request(kb, options, options["question"]))
-        return {**search_as_dict(outcome, top_k=options["top_k"]), "request_id": outcome.request_id}
+        payload = {**search_as_dict(outcome, top_k=options["top_k"]), "request_id": outcome.request_id}
+        if budget is not None:
+            pieces, fields = self._packed(outcome, options, budget)
+            payload["results"] = [{**hit_as_dict(hit, kb=outcome.kb, version=outcome.version), "rank": rank,
+                                   "content": text, "complete": piece.complete,
+                                   "dropped_code_blocks": list(piece.dropped_code)}
+                                  for rank, hit, text, piece in pieces]
+            payload.update(fields)
+        return payload
 
     def _batch(self, kb: str, options) -> None:
         """Answer one question per stdin line with one JSON object per line, in order."""
@@ -228,12 +262,15 @@ class Command(BaseCommand):
             self.stdout.flush()
 
     def _context(self, kb: str, options) -> dict:
+        budget = self._budget(kb, options)
         outcome = question_search(self._request(kb, options, options["question"]))
+        pieces, fields = self._packed(outcome, options, budget) if budget is not None else (None, {})
         return {
+            **fields,
             "question": outcome.question,
             "mode": outcome.result.mode,
             "top_k": options["top_k"] or 5,
-            "context": context_text(outcome),
+            "context": context_text(outcome, [piece[:3] for piece in pieces] if pieces is not None else None),
             "sources": sources_of(outcome),
             "kb": outcome.kb,
             "version": outcome.version,

@@ -1,0 +1,70 @@
+"""Issue 33 on MCP search, through the SDK's own client: a response holds its sections within `max_tokens`, cut at
+block and sentence boundaries and never inside a code block, says how many tokens it holds, and a cursor pages
+through the rest without repeating or skipping a section."""
+
+from __future__ import annotations
+
+import pytest
+from mcp import Client
+
+from apikeys.mcp.server import build_server
+from rag.models import RequestRecord
+from rag.pipeline import get_engine
+from rag.tests.conftest import make_built_kb
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+QUESTION = "WebGLRenderer shadowMap 怎么开启阴影？"
+
+
+@pytest.fixture
+def kb(corpus_copy, settings):
+    settings.RAG_DEFAULT_KB = "sdk"
+    built = make_built_kb(corpus_copy)
+    _ = built.active_version
+    return built
+
+
+async def call(client, **arguments):
+    result = await client.call_tool("search_sdk_docs", {"question": QUESTION, **arguments})
+    assert not result.is_error, result.content[0].text
+    return result.structured_content
+
+
+@pytest.mark.asyncio
+async def test_a_small_budget_is_kept_and_the_cursor_pages_through_every_section_once(kb):
+    counter = get_engine().token_counter
+    async with Client(build_server(transport="stdio")) as client:
+        whole = await call(client, max_tokens=20_000, top_k=8)
+        pages = [await call(client, max_tokens=300, top_k=8)]
+        while pages[-1]["cursor"] and len(pages) < 40:
+            pages.append(await call(client, max_tokens=300, top_k=8, cursor=pages[-1]["cursor"]))
+
+    assert whole["cursor"] is None or whole["left_out"]
+    for page in pages:
+        assert page["tokens"] <= page["max_tokens"] == 300
+        assert sum(counter.count(r["text"]) for r in page["results"]) <= 300
+        for result in page["results"]:
+            assert result["text"].count("```") % 2 == 0  # never half a code block
+    seen = [r["chunk_id"] for page in pages for r in page["results"]]
+    assert all(r["text"] or r["dropped_code_blocks"] for page in pages for r in page["results"])
+    first_eight = [r["chunk_id"] for r in whole["results"]]
+    assert list(dict.fromkeys(seen))[:len(first_eight)] == first_eight  # the same order, nothing skipped
+    assert any(not r["complete"] for page in pages for r in page["results"])  # the shadow map's long section was cut
+    record = await RequestRecord.objects.filter(arguments__max_tokens=300).order_by("-id").afirst()
+    assert record is not None and record.error_code == ""
+
+
+@pytest.mark.asyncio
+async def test_a_bad_budget_or_cursor_is_a_recorded_tool_error(kb):
+    async with Client(build_server(transport="stdio")) as client:
+        tiny = await client.call_tool("search_sdk_docs", {"question": QUESTION, "max_tokens": 5})
+        foreign = await client.call_tool("search_sdk_docs", {"question": QUESTION, "cursor": "bm90IG91cnM"})
+        first = await call(client, max_tokens=150)
+        other = await client.call_tool("search_sdk_docs", {"question": "Fog 的 near 是什么", "cursor": first["cursor"]})
+
+    assert tiny.is_error and "invalid_max_tokens" in tiny.content[0].text
+    assert foreign.is_error and "invalid_cursor" in foreign.content[0].text
+    assert other.is_error and "invalid_cursor" in other.content[0].text  # a cursor belongs to its own question
+    codes = [code async for code in RequestRecord.objects.exclude(error_code="").values_list("error_code", flat=True)]
+    assert sorted(codes) == ["invalid_cursor", "invalid_cursor", "invalid_max_tokens"]
