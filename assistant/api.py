@@ -31,7 +31,8 @@ LIMIT_VALIDATORS = (MaxLengthValidator, MinLengthValidator, MaxValueValidator, M
 # Shows at least one character (not only white space, control or format characters), no NUL: the question
 # service's rule, as a pattern.
 QUESTION_PATTERN = RegexValidator(QUESTION_REGEX)
-KB_PATTERN = RegexValidator(r"^[-a-z0-9_]+(@[A-Za-z0-9][A-Za-z0-9._-]*)?$")  # a slug, or slug@sdk-version
+KB_PATTERN = RegexValidator(r"^[-a-z0-9_]+$")  # a slug (slugify keeps these characters); the version goes apart
+SDK_VERSION_PATTERN = RegexValidator(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,31}$")  # rag.engine.sdk.VERSION_RE
 NO_NUL = RegexValidator(r"^[^\u0000]*$")  # the service refuses a NUL in any value (its code names the field)
 
 
@@ -86,23 +87,11 @@ class AskInput(serializers.Serializer):
                   "characters such as zero-width spaces) and hold no NUL character (else 400 `invalid_question`); over "
                   f"{LIMITS.question_chars} characters is 400 `question_too_long`.")
     kb = StrictCharField(min_length=1, max_length=LIMITS.kb_chars, validators=[KB_PATTERN], required=False,
-                         help_text="Knowledge base slug (default: the site's default knowledge base), or "
-                                   "`slug@version` for one SDK version.")
-    sdk_version = StrictCharField(min_length=1, max_length=32, required=False,
+                         help_text="Knowledge base slug (default: the site's default knowledge base).")
+    sdk_version = StrictCharField(min_length=1, max_length=32, required=False, validators=[SDK_VERSION_PATTERN],
                                   help_text="The SDK version to read (`2.0`, `latest`, an alias) when the knowledge "
                                             "base holds several; default `latest`. One that is not indexed is 404 "
                                             "`sdk_version_not_found` with the indexed ones in `details.versions`.")
-    version = StrictCharField(min_length=1, max_length=32, required=False,
-                              help_text="The same as `sdk_version` (a reply's `version` is the index version read).")
-
-    def validate(self, data):
-        """`version` is another name of `sdk_version`: never ignored, and two different ones are refused."""
-        version = data.pop("version", None)
-        if version is not None:
-            if data.get("sdk_version", version) != version:
-                raise serializers.ValidationError({"version": ["version and sdk_version name different versions."]})
-            data["sdk_version"] = version
-        return data
     exclude = ListField(child=StrictCharField(min_length=1, max_length=LIMITS.chunk_id_chars, validators=[NO_NUL]),
                         required=False,
                         max_length=LIMITS.exclude, help_text="chunk ids not to use")

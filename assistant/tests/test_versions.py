@@ -26,7 +26,7 @@ def post(client, path: str, body: dict):
 def test_search_reads_latest_or_the_version_asked(client, sdk):
     latest = post(client, "/api/search", {"question": "Viewer setSize"}).json()
     older = post(client, "/api/search", {"question": "Viewer setSize", "sdk_version": "2.0"}).json()
-    written = post(client, "/api/search", {"question": "Viewer setSize", "kb": "fx@1.4"}).json()
+    written = post(client, "/api/search", {"question": "Viewer setSize", "kb": "fx", "sdk_version": "1.4"}).json()
     assert (latest["kb"], latest["sdk_version"]) == ("fx@2.1", "2.1")
     assert (older["kb"], older["sdk_version"]) == ("fx@2.0", "2.0")
     assert (written["kb"], written["sdk_version"]) == ("fx@1.4", "1.4")
@@ -45,8 +45,8 @@ def test_a_version_that_is_not_indexed_is_a_404_naming_the_indexed_ones(client, 
     body = response.json()
     assert response.status_code == 404 and body["code"] == "sdk_version_not_found"
     assert body["details"]["versions"] == ["1.4", "2.0", "2.1"] and body["details"]["aliases"] == {"latest": "2.1"}
-    bad = post(client, "/api/chat", {"question": "Viewer", "kb": "fx@2.0", "sdk_version": "1.4"})
-    assert bad.status_code == 400 and bad.json()["code"] == "invalid_sdk_version"
+    bad = post(client, "/api/chat", {"question": "Viewer", "sdk_version": "2.0; rm"})
+    assert bad.status_code == 400 and bad.json()["code"] == "invalid_sdk_version"  # checked by the question service
 
 
 def test_the_chat_page_offers_each_sdk_once_with_its_versions(client, sdk):
@@ -60,8 +60,3 @@ def test_each_citation_names_the_version_it_comes_from(client, sdk):
                                       "sdk_version": "1.4"}).json()
     assert body["citations"] and {c["sdk_version"] for c in body["citations"]} == {"1.4"}
 
-
-def test_version_is_another_name_of_sdk_version_and_never_ignored(client, sdk):
-    assert post(client, "/api/search", {"question": "Viewer", "version": "1.4"}).json()["sdk_version"] == "1.4"
-    clash = post(client, "/api/search", {"question": "Viewer", "version": "1.4", "sdk_version": "2.0"})
-    assert clash.status_code == 400 and clash.json()["code"] == "invalid_request" and "version" in clash.json()["fields"]
