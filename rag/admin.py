@@ -18,6 +18,8 @@ class KnowledgeBaseForm(forms.ModelForm):
         self.fields["slug"] = forms.CharField(max_length=64, required=False, help_text=(
             "Lowercase letters, digits and dashes; for an SDK version, left empty: <sdk>@<version>"))
         self.fields["sdk"].queryset = KnowledgeBase.objects.filter(sdk__isnull=True).exclude(pk=self.instance.pk)
+        self.fields["sdk_order"].required = False  # left empty: 0
+        self.fields["sdk_aliases"].required = False
         self.fields["source_dir"].required = False
         self.fields["sync_interval_minutes"].required = False  # left empty: no schedule
         self.fields["source_dir"].help_text += " (for a git source: set from it, its checkout in the data folder)"
@@ -30,6 +32,8 @@ class KnowledgeBaseForm(forms.ModelForm):
 
         cleaned = super().clean()
         cleaned["sync_interval_minutes"] = cleaned.get("sync_interval_minutes") or 0
+        cleaned["sdk_order"] = cleaned.get("sdk_order") or 0
+        cleaned["sdk_aliases"] = cleaned.get("sdk_aliases") or []
         self._clean_sdk_version(cleaned)
         try:
             if cleaned.get("source_url"):

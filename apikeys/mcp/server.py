@@ -21,9 +21,8 @@ from pydantic.fields import FieldInfo
 
 from apikeys.mcp.service import Caller, mcp_ask, mcp_list_versions, mcp_search, tool_names, versions_tool_name
 from infra.errors import ServiceError
-from rag.engine.budget import MIN_BUDGET
 from rag.services import LIMITS
-from rag.services.budgets import DEFAULT_MAX_TOKENS, MAX_TOKENS_LIMIT
+from rag.services.budgets import DEFAULT_MAX_TOKENS, MAX_TOKENS_LIMIT, MIN_BUDGET
 
 SLUG_PATTERN = re.compile(r"[a-z0-9][a-z0-9_]{0,31}")
 SCOPE_CALLER = "rag.mcp.caller"  # the HTTP gate puts the authenticated Caller in the ASGI scope under this key

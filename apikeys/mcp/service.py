@@ -14,8 +14,7 @@ from infra.errors import ServiceError
 from rag.models import Channel, RequestRecord
 from rag.services import LIMITS
 from rag.services.questions import Caller, QuestionRequest, question_answer, question_refused, question_search
-from rag.engine.budget import Position
-from rag.services.budgets import PAGED_CANDIDATES, call_scope, checked_max_tokens, evidence_within, start_of
+from rag.services.budgets import PAGED_CANDIDATES, Position, call_scope, checked_max_tokens, evidence_within, start_of
 from rag.services.sdk import sdk_versions_listed
 from rag.shapes import cited_chunks, hit_as_dict, sdk_version_as_dict
 

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from infra.errors import ServiceError
 from rag.engine.budget import MAX_RESPONSE_TOKENS, MIN_BUDGET, BudgetPacker, Budgeted, Position, cursor_for, position_of
+
+__all__ = ["DEFAULT_MAX_TOKENS", "MAX_TOKENS_LIMIT", "MIN_BUDGET", "PAGED_CANDIDATES", "Position", "call_scope",
+           "checked_max_tokens", "evidence_within", "start_of"]
 from rag.pipeline import get_engine
 
 DEFAULT_MAX_TOKENS = 5_000  # an MCP search or a CLI search/context without max_tokens
