@@ -221,8 +221,8 @@
   function versionKey() { return "rag.sdkVersion." + kbSelect.value; }
 
   function showVersions() {
-    const option = kbSelect.options[kbSelect.selectedIndex];
-    const versions = option ? JSON.parse(option.dataset.versions || "[]") : [];
+    const option = kbSelect.options ? kbSelect.options[kbSelect.selectedIndex] : null;
+    const versions = option && option.dataset ? JSON.parse(option.dataset.versions || "[]") : [];
     versionSelect.innerHTML = "";
     versionSelect.hidden = versions.length === 0;
     ["latest"].concat(versions).forEach(function (name) {
