@@ -19,7 +19,8 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 from pydantic.fields import FieldInfo
 
-from apikeys.mcp.service import Caller, mcp_ask, mcp_list_versions, mcp_search, tool_names, versions_tool_name
+from apikeys.mcp.service import (Caller, mcp_ask, mcp_list_versions, mcp_read, mcp_search, read_tool_name, tool_names,
+                                 versions_tool_name)
 from infra.errors import ServiceError
 from rag.services import LIMITS
 from rag.services.budgets import DEFAULT_MAX_TOKENS, MAX_TOKENS_LIMIT, MIN_BUDGET
@@ -98,6 +99,18 @@ class SdkVersion(BaseModel):
     source_revision: str
     changes: dict[str, int] | None = Field(description="Classes and members added, removed, renamed and with a new "
                                                        "signature since the version before; null for the first")
+
+
+class ReadOutput(BaseModel):
+    kb: str = Field(description="The knowledge base read (`slug@version` for an SDK version)")
+    sdk_version: str | None = None
+    source: str = Field(description="The page, or `page#anchor` for one section, as asked")
+    text: str = Field(description="The page's Markdown from the cursor on, within the budget")
+    complete: bool = Field(description="True when this response holds the whole page or section")
+    dropped_code_blocks: list[str] = Field(default_factory=list)
+    tokens: int
+    max_tokens: int
+    cursor: str | None = Field(description="Pass it back to read on; null at the end")
 
 
 class VersionsOutput(BaseModel):
@@ -297,6 +310,26 @@ def build_server(*, transport: str = "http") -> MCPServer:
     server.add_tool(search_docs, name=search_name, title=f"Search {product} docs", description=search_description,
                     annotations=read_only)
     server.add_tool(ask_docs, name=ask_name, title=f"Ask {product} docs", description=ask_description,
+                    annotations=read_only)
+    async def read_docs(
+        ctx: Context,
+        source: Annotated[Any, _schema("A page path, or `page#anchor` for one section: a result's `link`",
+                                       type="string", minLength=1, maxLength=1000)],
+        kb: Annotated[Any, _schema("Knowledge base slug; default: the deployment's", type="string")] = None,
+        sdk_version: Annotated[Any, _schema(VERSION_HELP, type="string", maxLength=32)] = None,
+        max_tokens: Annotated[Any, _schema(f"Token budget of the response (default {DEFAULT_MAX_TOKENS})",
+                                           type="integer", minimum=MIN_BUDGET, maximum=MAX_TOKENS_LIMIT)] = None,
+        cursor: Annotated[Any, _schema("The cursor a previous read gave, to read on", type="string")] = None,
+    ) -> Annotated[CallToolResult, ReadOutput]:
+        data = await _run(mcp_read, ctx, source=source, kb=kb, sdk_version=sdk_version, max_tokens=max_tokens,
+                          cursor=cursor)
+        tail = (f"\n\n({data['tokens']} of {data['max_tokens']} tokens; read on with cursor \"{data['cursor']}\")"
+                if data["cursor"] else "")
+        return CallToolResult(content=[TextContent(type="text", text=data["text"] + tail)], structured_content=data)
+
+    server.add_tool(read_docs, name=read_tool_name(), title=f"Read {product} docs",
+                    description=f"Read a page of {product}'s documentation, or one section of it, by the `link` a "
+                                f"{search_name} or {ask_name} result gave, within a token budget; a cursor reads on.",
                     annotations=read_only)
     server.add_tool(list_versions, name=versions_tool_name(), title=f"{product} SDK versions",
                     description=f"List the SDK versions of {product}'s documentation that can be asked (pass one as "

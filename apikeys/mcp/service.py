@@ -14,12 +14,13 @@ from infra.errors import ServiceError
 from rag.models import Channel, RequestRecord
 from rag.services import LIMITS
 from rag.services.questions import Caller, QuestionRequest, question_answer, question_refused, question_search
-from rag.services.budgets import PAGED_CANDIDATES, Position, call_scope, checked_max_tokens, evidence_within, start_of
+from rag.services.budgets import (PAGED_CANDIDATES, Position, call_scope, checked_max_tokens, evidence_within,
+                                  page_within, start_of)
 from rag.services.sdk import sdk_versions_listed
 from rag.shapes import cited_chunks, hit_as_dict, sdk_version_as_dict
 
-__all__ = ["Caller", "counted_tool_names", "mcp_ask", "mcp_list_versions", "mcp_refusal_record", "mcp_search",
-           "tool_names", "versions_tool_name"]
+__all__ = ["Caller", "counted_tool_names", "mcp_ask", "mcp_list_versions", "mcp_read", "mcp_refusal_record",
+           "mcp_search", "read_tool_name", "tool_names", "versions_tool_name"]
 
 
 def tool_names() -> tuple[str, str]:
@@ -32,9 +33,13 @@ def versions_tool_name() -> str:
     return f"list_{settings.RAG_PRODUCT_SLUG}_versions"
 
 
+def read_tool_name() -> str:
+    return f"read_{settings.RAG_PRODUCT_SLUG}_docs"
+
+
 def counted_tool_names() -> tuple[str, ...]:
     """Every tool whose calls count against a key's rate limit and quota."""
-    return (*tool_names(), versions_tool_name())
+    return (*tool_names(), versions_tool_name(), read_tool_name())
 
 
 def _request(caller: Caller, tool: str, arguments: dict, **fields) -> QuestionRequest:
@@ -168,6 +173,16 @@ def mcp_list_versions(*, kb=None, key_call: KeyCall | None = None) -> dict:
         if not isinstance(slug, str) or "\x00" in slug or len(slug) > LIMITS.kb_chars:
             raise ServiceError("invalid_kb", "kb must be the slug of a knowledge base.")
         return sdk_versions_listed(slug)
+
+
+def mcp_read(*, source, kb=None, sdk_version=None, max_tokens=None, cursor=None,
+             key_call: KeyCall | None = None) -> dict:
+    """A page or one section (`page#anchor`, as a result's `link` gives it) within a budget, for the read tool."""
+    slug = kb if kb is not None else settings.RAG_DEFAULT_KB
+    with _settling(key_call):
+        if not isinstance(slug, str) or "\x00" in slug or len(slug) > LIMITS.kb_chars:
+            raise ServiceError("invalid_kb", "kb must be the slug of a knowledge base.")
+        return page_within(kb=slug, source=source, sdk_version=sdk_version, max_tokens=max_tokens, cursor=cursor)
 
 
 def _provenance(outcome) -> dict:

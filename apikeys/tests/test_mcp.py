@@ -36,7 +36,7 @@ async def test_the_tools_are_named_after_the_product_slug_and_describe_themselve
     async with Client(build_server(transport="stdio")) as client:
         tools = {tool.name: tool for tool in (await client.list_tools()).tools}
 
-    assert set(tools) == {"search_thingjs_docs", "ask_thingjs_docs", "list_thingjs_versions"}
+    assert set(tools) == {"search_thingjs_docs", "ask_thingjs_docs", "list_thingjs_versions", "read_thingjs_docs"}
     search, ask = tools["search_thingjs_docs"], tools["ask_thingjs_docs"]
     assert "ask_thingjs_docs" in search.description and "search_thingjs_docs" in ask.description
     assert search.input_schema["required"] == ["question"] and "top_k" in search.input_schema["properties"]

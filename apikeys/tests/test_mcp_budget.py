@@ -68,3 +68,27 @@ async def test_a_bad_budget_or_cursor_is_a_recorded_tool_error(kb):
     assert other.is_error and "invalid_cursor" in other.content[0].text  # a cursor belongs to its own question
     codes = [code async for code in RequestRecord.objects.exclude(error_code="").values_list("error_code", flat=True)]
     assert sorted(codes) == ["invalid_cursor", "invalid_cursor", "invalid_max_tokens"]
+
+
+@pytest.mark.asyncio
+async def test_the_read_tool_reads_a_result_s_section_then_its_page_within_budgets(kb):
+    async with Client(build_server(transport="stdio")) as client:
+        found = await call(client, top_k=1)
+        link = found["results"][0]["link"]
+        section = await client.call_tool("read_sdk_docs", {"source": link})
+        page = [(await client.call_tool("read_sdk_docs", {"source": "WebGLRenderer.md", "max_tokens": 200}))
+                .structured_content]
+        while page[-1]["cursor"] and len(page) < 60:
+            page.append((await client.call_tool("read_sdk_docs", {"source": "WebGLRenderer.md", "max_tokens": 200,
+                                                                 "cursor": page[-1]["cursor"]})).structured_content)
+        missing = await client.call_tool("read_sdk_docs", {"source": "WebGLRenderer.md#no-such-anchor"})
+
+    assert "#" in link and section.structured_content["complete"] and section.structured_content["text"]
+    assert section.structured_content["text"] in (await asyncio_read(kb, "WebGLRenderer.md"))
+    assert all(part["tokens"] <= 200 for part in page) and page[-1]["cursor"] is None and len(page) > 2
+    assert missing.is_error and "section_not_found" in missing.content[0].text
+
+
+async def asyncio_read(kb, source: str) -> str:
+    from pathlib import Path
+    return (Path(kb.source_dir) / source).read_text(encoding="utf-8")

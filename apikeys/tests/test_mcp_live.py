@@ -109,7 +109,7 @@ def test_production_mode_keys_origins_limits_usage_and_records(kb, owner):
     with daphne() as url:
         outcome = asyncio.run(scenario(url))
 
-    assert outcome["tools"] == ["ask_sdk_docs", "list_sdk_versions", "search_sdk_docs"]
+    assert outcome["tools"] == ["ask_sdk_docs", "list_sdk_versions", "read_sdk_docs", "search_sdk_docs"]
     search, ask = outcome["search"], outcome["ask"]
     assert not search.is_error and search.structured_content["results"][0]["class_name"] == "PerspectiveCamera"
     assert search.structured_content["index_version"] == kb.active_version.name
@@ -147,7 +147,7 @@ def test_debug_mode_allows_calls_without_a_key_recorded_as_anonymous(kb):
     with daphne(RAG_MCP_REQUIRE_KEY="false") as url:
         tools, search, ask = asyncio.run(scenario(url))
 
-    assert tools == ["ask_sdk_docs", "list_sdk_versions", "search_sdk_docs"] and not search.is_error and not ask.is_error
+    assert tools == ["ask_sdk_docs", "list_sdk_versions", "read_sdk_docs", "search_sdk_docs"] and not search.is_error and not ask.is_error
     records = RequestRecord.objects.filter(channel="mcp")
     assert records.count() == 2 and {r.api_key_prefix for r in records} == {""}
     assert {r.transport for r in records} == {"http"}
@@ -162,7 +162,7 @@ def test_the_same_tools_over_stdio(kb):
 
     tools, search, ask = asyncio.run(scenario())
 
-    assert tools == ["ask_sdk_docs", "list_sdk_versions", "search_sdk_docs"]
+    assert tools == ["ask_sdk_docs", "list_sdk_versions", "read_sdk_docs", "search_sdk_docs"]
     assert search.structured_content["results"][0]["class_name"] == "PerspectiveCamera"
     assert ask.structured_content["citations"]
     records = RequestRecord.objects.filter(channel="mcp").order_by("created_at")

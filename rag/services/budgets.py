@@ -8,7 +8,7 @@ from infra.errors import ServiceError
 from rag.engine.budget import MAX_RESPONSE_TOKENS, MIN_BUDGET, BudgetPacker, Budgeted, Position, cursor_for, position_of
 
 __all__ = ["DEFAULT_MAX_TOKENS", "MAX_TOKENS_LIMIT", "MIN_BUDGET", "PAGED_CANDIDATES", "Position", "call_scope",
-           "checked_max_tokens", "evidence_within", "start_of"]
+           "checked_max_tokens", "evidence_within", "page_within", "start_of"]
 from rag.pipeline import get_engine
 
 DEFAULT_MAX_TOKENS = 5_000  # an MCP search or a CLI search/context without max_tokens
@@ -41,6 +41,26 @@ def start_of(cursor, scope: str) -> Position:
         raise ServiceError("invalid_cursor", "cursor is not one this call gave: continue with the same question, "
                                              "knowledge base and version.")
     return position
+
+
+def page_within(*, kb: str, source: str, sdk_version=None, max_tokens=None, cursor=None) -> dict:
+    """A page, or one section of it (`page#anchor`, a result's `link`), within a token budget, with a cursor for the
+    rest: what MCP's read tool returns. The knowledge base may be an SDK (read in `sdk_version`, default latest)."""
+    from rag.services.knowledge import read_source
+    from rag.services.sdk import kb_serving
+
+    budget = checked_max_tokens(max_tokens)
+    served = kb_serving(kb, sdk_version)
+    scope = f"read\n{served.kb}\n{source}"
+    start = start_of(cursor, scope)
+    text = read_source(kb=served.kb, source=source)
+    packed = BudgetPacker(get_engine().token_counter).run([(str(source), text)], budget, start)
+    piece = packed.items[0] if packed.items else None
+    return {"kb": served.kb, "sdk_version": served.sdk_version or None, "source": source,
+            "text": piece.text if piece else "", "complete": bool(piece and piece.complete),
+            "dropped_code_blocks": list(piece.dropped_code) if piece else [], "tokens": packed.tokens,
+            "max_tokens": budget,
+            "cursor": cursor_for(packed.next, scope=scope) if packed.next is not None else None}
 
 
 def evidence_within(outcome, *, max_tokens: int, start: Position, scope: str, per_response: int | None = None

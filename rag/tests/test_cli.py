@@ -340,3 +340,12 @@ def test_a_budgeted_search_and_context_keep_their_budget_and_page_with_a_cursor(
     assert run_json_failure("search", "--kb", "sdk", question, "--max-tokens", "10")["code"] == "invalid_max_tokens"
     plain = run_json("search", "--kb", "sdk", question)
     assert "cursor" not in plain  # without a budget the seed's shape is unchanged
+
+
+def test_a_budgeted_read_reads_on_with_its_cursor_to_the_end(built_kb):
+    parts = [run_json("read", "--kb", "sdk", "WebGLRenderer.md", "--max-tokens", "200")]
+    while parts[-1]["cursor"] and len(parts) < 60:
+        parts.append(run_json("read", "--kb", "sdk", "WebGLRenderer.md", "--max-tokens", "200",
+                              "--cursor", parts[-1]["cursor"]))
+    assert len(parts) > 2 and parts[-1]["cursor"] is None and all(part["tokens"] <= 200 for part in parts)
+    assert all(part["content"].count("```") % 2 == 0 for part in parts)

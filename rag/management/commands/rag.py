@@ -32,7 +32,8 @@ from rag.services.questions import MAX_TOP_K, QuestionRequest, question_answer, 
 from rag.services.release import index_build_gated
 from rag.services.sdk import (kb_serving, sdk_changes, sdk_version_ensure, sdk_versions_diff, sdk_versions_listed,
                               split_kb)
-from rag.services.budgets import PAGED_CANDIDATES, call_scope, checked_max_tokens, evidence_within, start_of
+from rag.services.budgets import (PAGED_CANDIDATES, call_scope, checked_max_tokens, evidence_within, page_within,
+                                  start_of)
 from rag.shapes import citation_as_dict, context_text, hit_as_dict, sdk_version_as_dict, search_as_dict, sources_of
 
 ARGUMENTS_ERROR = "invalid_arguments"
@@ -107,7 +108,10 @@ class Command(BaseCommand):
                 p.add_argument("--no-record", action="store_true",
                                help="leave no request record (batch runs); every question is recorded by default")
             if name == "read":
-                p.add_argument("source", help="page path relative to the knowledge base")
+                p.add_argument("source", help="page path relative to the knowledge base (page#anchor: one section)")
+                p.add_argument("--max-tokens", type=int, default=None,
+                               help="read at most this many tokens (100-100000); the JSON gives a cursor to read on")
+                p.add_argument("--cursor", default=None, help="read on from the cursor a budgeted read gave")
             if name == "reindex":
                 p.add_argument("--source", default=None,
                                help="source folder, or a git repository git+file|https|ssh://…[@ref][#path=folder] "
@@ -320,6 +324,11 @@ class Command(BaseCommand):
         return f"{p['kb']}: {p['vectors']} vectors ({p['embedded']} embedded now) written to {p['file']}"
 
     def _read(self, kb: str, options) -> dict:
+        if options["max_tokens"] is not None or options["cursor"] is not None:
+            read = page_within(kb=kb, source=options["source"], sdk_version=options["sdk_version"],
+                               max_tokens=options["max_tokens"], cursor=options["cursor"])
+            return {"source": options["source"], "content": read["text"], "kb": read["kb"],
+                    **{key: read[key] for key in ("complete", "dropped_code_blocks", "tokens", "max_tokens", "cursor")}}
         kb = kb_serving(kb, options["sdk_version"]).kb
         return {"source": options["source"], "content": read_source(kb=kb, source=options["source"]), "kb": kb}
 
