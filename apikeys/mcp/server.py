@@ -129,6 +129,9 @@ class Citation(BaseModel):
     link: str = Field(default="", description="The page and the generator's anchor of the section (api.html#click.echo)")
     text: str
     sdk_version: str | None = Field(default=None, description="The SDK version the cited section belongs to")
+    complete: bool = Field(default=True, description="False when the budget cut the cited text (read it whole with "
+                                                     "the read tool and its link)")
+    dropped_code_blocks: list[str] = Field(default_factory=list)
 
 
 class Usage(BaseModel):
@@ -151,6 +154,8 @@ class AskOutput(BaseModel):
     mode: str = Field(description="llm, extractive, chitchat or empty")
     reason: str = Field(description="Why the answer is empty, insufficient or degraded; empty otherwise")
     citations: list[Citation]
+    tokens: int = Field(default=0, description="Tokens the answer and its cited texts hold")
+    max_tokens: int = Field(default=0, description="The budget they were packed into")
     evidence: list[str] = Field(description="Chunk ids the answer was allowed to use")
     usage: Usage
 
@@ -292,9 +297,12 @@ def build_server(*, transport: str = "http") -> MCPServer:
         kb: Annotated[Any, _schema("Knowledge base slug; default: the deployment's", type="string")] = None,
         sdk_version: Annotated[Any, _schema(VERSION_HELP, type="string", maxLength=32)] = None,
         version: Annotated[Any, _schema("The same as sdk_version", type="string", maxLength=32)] = None,
+        max_tokens: Annotated[Any, _schema(f"Token budget of the answer and its cited texts (default "
+                                           f"{DEFAULT_MAX_TOKENS})", type="integer", minimum=MIN_BUDGET,
+                                           maximum=MAX_TOKENS_LIMIT)] = None,
     ) -> Annotated[CallToolResult, AskOutput]:
         data = await _run(mcp_ask, ctx, caller=_caller(ctx, transport), question=question, exclude=exclude, kb=kb,
-                          sdk_version=sdk_version, version=version)
+                          sdk_version=sdk_version, version=version, max_tokens=max_tokens)
         return CallToolResult(content=[TextContent(type="text", text=render_ask(data))], structured_content=data)
 
     async def list_versions(

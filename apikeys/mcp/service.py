@@ -14,8 +14,8 @@ from infra.errors import ServiceError
 from rag.models import Channel, RequestRecord
 from rag.services import LIMITS
 from rag.services.questions import Caller, QuestionRequest, question_answer, question_refused, question_search
-from rag.services.budgets import (PAGED_CANDIDATES, Position, call_scope, checked_max_tokens, evidence_within,
-                                  page_within, start_of)
+from rag.services.budgets import (PAGED_CANDIDATES, Position, call_scope, checked_max_tokens, citations_within,
+                                  evidence_within, page_within, start_of)
 from rag.services.sdk import sdk_versions_listed
 from rag.shapes import cited_chunks, hit_as_dict, sdk_version_as_dict
 
@@ -126,22 +126,26 @@ def mcp_search(*, caller: Caller, question, top_k=None, kb=None, sdk_version=Non
     }
 
 
-def mcp_ask(*, caller: Caller, question, exclude=None, kb=None, sdk_version=None, version=None,
+def mcp_ask(*, caller: Caller, question, exclude=None, kb=None, sdk_version=None, version=None, max_tokens=None,
             key_call: KeyCall | None = None) -> dict:
-    """Answer a question from the documentation for one tool call (see `AskOutput`)."""
+    """Answer a question from the documentation for one tool call (see `AskOutput`): the answer, and its cited
+    sections within what `max_tokens` leaves (the read tool reads any of them whole)."""
     tool = tool_names()[1]
     exclude = [] if exclude is None else exclude
     arguments = _arguments(sdk_version, question=question, exclude=exclude, kb=kb or settings.RAG_DEFAULT_KB)
-    arguments = {**arguments, "version": version} if version is not None else arguments
+    extra = {"version": version, "max_tokens": max_tokens}
+    arguments = {**arguments, **{name: value for name, value in extra.items() if value is not None}}
     with _settling(key_call) as call:
         request = _request(caller, tool, arguments, question=question, exclude=exclude, kb=kb,
                            sdk_version=sdk_version)
         _refuse_nul(request, RequestRecord.Kind.CHAT)
         request = _one_version(request, RequestRecord.Kind.CHAT, version)
+        budget = _budget(request, RequestRecord.Kind.CHAT, max_tokens, None)[0]
         outcome = question_answer(request)
         if call is not None:
             call.spent(outcome.answer.usage)
     answer = outcome.answer
+    citations, tokens = citations_within(answer.text, cited_chunks(outcome), max_tokens=budget)
     return {
         "request_id": outcome.request_id,
         "question": question,
@@ -151,7 +155,8 @@ def mcp_ask(*, caller: Caller, question, exclude=None, kb=None, sdk_version=None
         "degraded": answer.degraded,
         "mode": answer.mode,
         "reason": answer.reason,
-        "citations": cited_chunks(outcome),
+        "citations": citations,
+        "tokens": tokens, "max_tokens": budget,
         "evidence": [h.chunk.chunk_id for h in outcome.result.hits],
         "usage": {"prompt_tokens": answer.usage.prompt_tokens, "completion_tokens": answer.usage.completion_tokens},
     }

@@ -92,3 +92,17 @@ async def test_the_read_tool_reads_a_result_s_section_then_its_page_within_budge
 async def asyncio_read(kb, source: str) -> str:
     from pathlib import Path
     return (Path(kb.source_dir) / source).read_text(encoding="utf-8")
+
+
+@pytest.mark.asyncio
+async def test_ask_keeps_its_answer_and_packs_the_cited_texts_into_what_the_budget_leaves(kb):
+    async with Client(build_server(transport="stdio")) as client:
+        roomy = (await client.call_tool("ask_sdk_docs", {"question": QUESTION})).structured_content
+        tight = (await client.call_tool("ask_sdk_docs", {"question": QUESTION, "max_tokens": 300})).structured_content
+
+    assert roomy["max_tokens"] == 5000 and roomy["tokens"] <= 5000
+    assert tight["answer"] == roomy["answer"] and tight["tokens"] <= max(300, get_engine().token_counter.count(
+        tight["answer"]))
+    assert [c["chunk_id"] for c in tight["citations"]] == [c["chunk_id"] for c in roomy["citations"]]
+    assert any(not c["complete"] for c in tight["citations"])
+    assert all(c["text"].count("```") % 2 == 0 for c in tight["citations"])

@@ -8,7 +8,7 @@ from infra.errors import ServiceError
 from rag.engine.budget import MAX_RESPONSE_TOKENS, MIN_BUDGET, BudgetPacker, Budgeted, Position, cursor_for, position_of
 
 __all__ = ["DEFAULT_MAX_TOKENS", "MAX_TOKENS_LIMIT", "MIN_BUDGET", "PAGED_CANDIDATES", "Position", "call_scope",
-           "checked_max_tokens", "evidence_within", "page_within", "start_of"]
+           "checked_max_tokens", "citations_within", "evidence_within", "page_within", "start_of"]
 from rag.pipeline import get_engine
 
 DEFAULT_MAX_TOKENS = 5_000  # an MCP search or a CLI search/context without max_tokens
@@ -61,6 +61,24 @@ def page_within(*, kb: str, source: str, sdk_version=None, max_tokens=None, curs
             "dropped_code_blocks": list(piece.dropped_code) if piece else [], "tokens": packed.tokens,
             "max_tokens": budget,
             "cursor": cursor_for(packed.next, scope=scope) if packed.next is not None else None}
+
+
+def citations_within(answer_text: str, citations: list[dict], *, max_tokens: int) -> tuple[list[dict], int]:
+    """An answer's cited sections (`text` of each citation) packed into what `max_tokens` leaves after the answer
+    itself, in citation order; each says whether it is `complete` and which code blocks it left out. Returns them
+    and the tokens the answer and its citations hold."""
+    counter = get_engine().token_counter
+    answer_tokens = counter.count(answer_text)
+    room = max(max_tokens - answer_tokens, 0)
+    ranked = [(str(n), citation["text"]) for n, citation in enumerate(citations)]
+    packed = BudgetPacker(counter).run(ranked, room) if room >= MIN_BUDGET // 4 else None
+    pieces = {int(piece.chunk_id): piece for piece in packed.items} if packed is not None else {}
+    shaped = []
+    for n, citation in enumerate(citations):
+        piece = pieces.get(n)
+        shaped.append({**citation, "text": piece.text if piece else "", "complete": bool(piece and piece.complete),
+                       "dropped_code_blocks": list(piece.dropped_code) if piece else []})
+    return shaped, answer_tokens + (packed.tokens if packed is not None else 0)
 
 
 def evidence_within(outcome, *, max_tokens: int, start: Position, scope: str, per_response: int | None = None

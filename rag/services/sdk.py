@@ -57,13 +57,15 @@ def sdk_versions(sdk: KnowledgeBase) -> list[KnowledgeBase]:
 
 
 def aliases_of(versions: list[KnowledgeBase]) -> dict[str, KnowledgeBase]:
-    """Every alias -> its version: the admin's, and `latest` (the newest release unless an admin claimed it)."""
+    """Every alias -> its version: the admin's, and `latest` (the newest release that serves, unless an admin
+    claimed it: a version added and still building its first index does not take `latest` from the one before)."""
     aliases: dict[str, KnowledgeBase] = {}
     for row in versions:
         for alias in row.sdk_aliases or ():
             aliases.setdefault(alias, row)
     if LATEST not in aliases and versions:
-        newest = newest_release([row.sdk_version for row in versions])
+        serving = [row for row in versions if row.active_version_id is not None] or versions
+        newest = newest_release([row.sdk_version for row in serving])
         aliases[LATEST] = next(row for row in versions if row.sdk_version == newest)
     return aliases
 

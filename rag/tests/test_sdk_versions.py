@@ -242,3 +242,14 @@ def test_members_documented_by_their_signature_alone_are_compared_too(tmp_path):
     diff = CatalogDiffer().run("1", catalogs["1"], "2", catalogs["2"])
     assert [member for member, _, _ in diff.signature_changed] == ["Quat.x"]
     assert diff.renamed == (("Quat.getters", "Quat.getterTable"),) and not diff.added and not diff.removed
+
+
+def test_a_version_still_building_its_first_index_does_not_take_latest(sdk, tmp_path):
+    folder = write_versions(tmp_path / "next")["2.1"]
+    from rag.services.sdk import sdk_version_ensure
+
+    sdk_version_ensure(sdk="fx", version="3.0", source=str(folder))  # added, not built yet
+    assert ask("Viewer setSize").sdk_version == "2.1"
+    with pytest.raises(ServiceError) as raised:
+        ask("Viewer setSize", sdk_version="3.0")
+    assert raised.value.code == "no_active_version"
