@@ -395,6 +395,7 @@ def freshness() -> list[dict]:
     bases = list(KnowledgeBase.objects.select_related("active_version", "sdk").exclude(sdk_versions__isnull=False,
                                                                                  source_dir="").order_by("slug"))
     traffic = _traffic_by_kb([kb.slug for kb in bases if kb.sdk_id is not None])
+    runs = _recent_runs() if any(kb.sdk_id is not None for kb in bases) else []
     for kb in bases:
         version = kb.active_version
         indexed = version.document_hashes if version else {}
@@ -408,7 +409,7 @@ def freshness() -> list[dict]:
                  "stale": sum(d["state"] != "fresh" for d in documents)}
         if kb.sdk_id is not None:
             entry["traffic"] = traffic.get(kb.slug, {"requests": 0, "failures": 0, "thumbs_down": 0})
-            entry["evaluated"] = _last_run_of(version)
+            entry["evaluated"] = _last_run_of(version, runs)
         out.append(entry)
     return out
 
@@ -423,14 +424,16 @@ def _traffic_by_kb(slugs: list[str]) -> dict[str, dict]:
     return {row["kb"]: row for row in rows}
 
 
-def _last_run_of(version: IndexVersion | None) -> EvalRun | None:
-    """The newest finished evaluation run that read this index version."""
+def _recent_runs() -> list[EvalRun]:
+    return list(EvalRun.objects.filter(status=EvalRun.Status.DONE).select_related("golden_set")
+                .order_by("-finished_at", "-id")[:200])
+
+
+def _last_run_of(version: IndexVersion | None, runs: list[EvalRun]) -> EvalRun | None:
+    """Of the recent finished evaluation runs (newest first), the newest that read this index version."""
     if version is None:
         return None
-    for run in EvalRun.objects.filter(status=EvalRun.Status.DONE).order_by("-finished_at", "-id")[:200]:
-        if version.name in (run.index_versions or {}).values():
-            return run
-    return None
+    return next((run for run in runs if version.name in (run.index_versions or {}).values()), None)
 
 
 def reports() -> list[DailyReport]:

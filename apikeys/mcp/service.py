@@ -68,9 +68,17 @@ def _refuse_nul(request: QuestionRequest, kind: str) -> None:
             raise error
 
 
-def _arguments(sdk_version, **arguments) -> dict:
-    """A call's arguments as recorded (a replay asks the same): the SDK version only when one was given."""
-    return {**arguments, "sdk_version": sdk_version} if sdk_version is not None else arguments
+def _arguments(arguments: dict, **optional) -> dict:
+    """A call's arguments as recorded (a replay asks the same): the optional ones only when they were given."""
+    return {**arguments, **{name: value for name, value in optional.items() if value is not None}}
+
+
+def _slug(kb) -> str:
+    """The knowledge base a non-question tool reads (a question's is checked by the question service)."""
+    slug = kb if kb is not None else settings.RAG_DEFAULT_KB
+    if not isinstance(slug, str) or "\x00" in slug or len(slug) > LIMITS.kb_chars:
+        raise ServiceError("invalid_kb", "kb must be the slug of a knowledge base.")
+    return slug
 
 
 def _one_version(request: QuestionRequest, kind: str, version) -> QuestionRequest:
@@ -100,9 +108,8 @@ def mcp_search(*, caller: Caller, question, top_k=None, kb=None, sdk_version=Non
     """Search the documentation for one tool call, within a token budget; return the result as a plain dict (see
     `SearchOutput`). At most `top_k` sections a response; `cursor` continues with the next ones."""
     tool = tool_names()[0]
-    arguments = _arguments(sdk_version, question=question, top_k=top_k, kb=kb or settings.RAG_DEFAULT_KB)
-    extra = {"version": version, "max_tokens": max_tokens, "cursor": cursor}
-    arguments = {**arguments, **{name: value for name, value in extra.items() if value is not None}}
+    arguments = _arguments({"question": question, "top_k": top_k, "kb": kb or settings.RAG_DEFAULT_KB},
+                           sdk_version=sdk_version, version=version, max_tokens=max_tokens, cursor=cursor)
     with _settling(key_call):
         request = _request(caller, tool, arguments, question=question, top_k=top_k, kb=kb, sdk_version=sdk_version,
                            candidates=PAGED_CANDIDATES, cache=True)
@@ -132,9 +139,8 @@ def mcp_ask(*, caller: Caller, question, exclude=None, kb=None, sdk_version=None
     sections within what `max_tokens` leaves (the read tool reads any of them whole)."""
     tool = tool_names()[1]
     exclude = [] if exclude is None else exclude
-    arguments = _arguments(sdk_version, question=question, exclude=exclude, kb=kb or settings.RAG_DEFAULT_KB)
-    extra = {"version": version, "max_tokens": max_tokens}
-    arguments = {**arguments, **{name: value for name, value in extra.items() if value is not None}}
+    arguments = _arguments({"question": question, "exclude": exclude, "kb": kb or settings.RAG_DEFAULT_KB},
+                           sdk_version=sdk_version, version=version, max_tokens=max_tokens)
     with _settling(key_call) as call:
         request = _request(caller, tool, arguments, question=question, exclude=exclude, kb=kb,
                            sdk_version=sdk_version)
@@ -173,21 +179,15 @@ def mcp_refusal_record(*, caller: Caller, tool: str, arguments: dict, error: Ser
 
 def mcp_list_versions(*, kb=None, key_call: KeyCall | None = None) -> dict:
     """The SDK versions a knowledge base holds, for the list-versions tool (see `VersionsOutput`)."""
-    slug = kb if kb is not None else settings.RAG_DEFAULT_KB
     with _settling(key_call):
-        if not isinstance(slug, str) or "\x00" in slug or len(slug) > LIMITS.kb_chars:
-            raise ServiceError("invalid_kb", "kb must be the slug of a knowledge base.")
-        return sdk_versions_listed(slug)
+        return sdk_versions_listed(_slug(kb))
 
 
 def mcp_read(*, source, kb=None, sdk_version=None, max_tokens=None, cursor=None,
              key_call: KeyCall | None = None) -> dict:
     """A page or one section (`page#anchor`, as a result's `link` gives it) within a budget, for the read tool."""
-    slug = kb if kb is not None else settings.RAG_DEFAULT_KB
     with _settling(key_call):
-        if not isinstance(slug, str) or "\x00" in slug or len(slug) > LIMITS.kb_chars:
-            raise ServiceError("invalid_kb", "kb must be the slug of a knowledge base.")
-        return page_within(kb=slug, source=source, sdk_version=sdk_version, max_tokens=max_tokens, cursor=cursor)
+        return page_within(kb=_slug(kb), source=source, sdk_version=sdk_version, max_tokens=max_tokens, cursor=cursor)
 
 
 def _provenance(outcome) -> dict:

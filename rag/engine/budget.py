@@ -55,14 +55,12 @@ class Position:
 
 @dataclass(frozen=True, slots=True)
 class Packed:
-    """One section as sent: all of it, or its first blocks from `start_block` on."""
+    """One section as sent: all of it, or its first blocks (from a cursor's block on)."""
 
     item: int  # its rank among the candidates (0 first)
     chunk_id: str
     text: str
-    tokens: int
     complete: bool  # every block of the section from its start was sent
-    start_block: int = 0
     dropped_code: tuple[str, ...] = ()  # code blocks left out whole because they did not fit (their first line)
 
 
@@ -146,9 +144,8 @@ class BudgetPacker:
                 next_position = Position(item, stopped_at if stopped_at is not None else first_block)
                 break
             packed.append(Packed(item=item, chunk_id=chunk_id, text=body,
-                                 tokens=self.counter.count(body) + ITEM_OVERHEAD_TOKENS,
                                  complete=stopped_at is None and not dropped and first_block == 0,
-                                 start_block=first_block, dropped_code=tuple(dropped)))
+                                 dropped_code=tuple(dropped)))
             if stopped_at is not None:
                 next_position = Position(item, stopped_at) if stopped_at < len(blocks) else Position(item + 1, 0)
                 if next_position.item >= len(ranked):

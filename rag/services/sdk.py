@@ -74,10 +74,8 @@ def kb_serving(kb: str, sdk_version=None) -> Served:
     """The knowledge base a question names (`kb` may be `sdk@version`), with the version it asks or `latest`.
     Raise invalid_sdk_version, kb_not_found or sdk_version_not_found."""
     slug, written = split_kb(kb)
-    if sdk_version is not None:
-        sdk_version = checked_version(sdk_version)
-        if written is not None and written != sdk_version:
-            raise ServiceError("invalid_sdk_version", f"kb names version {written} and version names {sdk_version}.")
+    if sdk_version is not None and written is not None and written != sdk_version:
+        raise ServiceError("invalid_sdk_version", f"kb names version {written} and version names {sdk_version}.")
     asked = sdk_version if sdk_version is not None else written
     if asked is not None:
         checked_version(asked)
@@ -144,11 +142,12 @@ def _catalog(row: KnowledgeBase) -> dict:
 def sdk_diff(older: KnowledgeBase, newer: KnowledgeBase) -> CatalogDiff:
     """What changed between two versions' active builds (cached per pair of builds)."""
     key = (older.active_version_id, newer.active_version_id)
-    if None in key:
-        return CatalogDiffer().run(older.sdk_version, _catalog(older), newer.sdk_version, _catalog(newer))
-    if key not in _diffs:
-        _diffs[key] = CatalogDiffer().run(older.sdk_version, _catalog(older), newer.sdk_version, _catalog(newer))
-    return _diffs[key]
+    diff = _diffs.get(key)
+    if diff is None:
+        diff = CatalogDiffer().run(older.sdk_version, _catalog(older), newer.sdk_version, _catalog(newer))
+        if None not in key:  # a version without a build yet is compared with nothing: not worth keeping
+            _diffs[key] = diff
+    return diff
 
 
 def sdk_diffs(versions: list[KnowledgeBase]) -> list[CatalogDiff]:
