@@ -7,7 +7,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 export OPENBLAS_NUM_THREADS ?= 1
 
-.PHONY: install run prod test test-fast test-clock test-loaded bench bench-formats bench-versions bench-sync bench-load bench-scale bench-ops bench-cli bench-soak migrate clean
+.PHONY: install run prod test test-fast test-clock test-loaded bench bench-formats bench-versions bench-sync bench-load bench-scale bench-ops bench-gaps bench-cli bench-soak migrate clean
 
 $(STAMP): requirements.txt
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "$(PYTHON) not found; set PYTHON=python3.11" >&2; exit 1; }
@@ -124,6 +124,11 @@ $(BENCH_VENV)/.installed: requirements-bench.txt
 
 bench-soak: install $(BENCH_VENV)/.installed
 	$(PY) bench/soak.py $(BENCH_SOAK_ARGS)
+
+# Coverage gaps over a replayed log of ../shared/golden, searched over the corpora `make bench` built (run it
+# first): grouping purity per half, groups to read for 90% of the unanswered requests, the job's time.
+bench-gaps: install
+	$(PY) bench/gaps.py $(BENCH_GAPS_ARGS)
 
 bench-ops: install
 	$(PY) bench/ops.py

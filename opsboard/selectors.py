@@ -16,7 +16,7 @@ from apikeys.models import ApiKey
 from assistant.models import Feedback, TokenPool
 from evaluation.models import EvalRun
 from infra import live
-from opsboard.models import AlertEvent, DailyReport, HourStat
+from opsboard.models import AlertEvent, DailyReport, GapGroup, GapQuestion, HourStat
 from rag.models import Channel, IndexVersion, KnowledgeBase, RequestRecord
 from rag.services.generation import breaker_state, prompt_rebuild
 from rag.services.knowledge import kb_source_hashes
@@ -456,3 +456,73 @@ def token_pool_today() -> dict | None:
 
 def key_names(prefixes) -> dict[str, str]:
     return dict(ApiKey.objects.filter(prefix__in=set(prefixes)).values_list("prefix", "name"))
+
+
+# -- coverage gaps (computed by the gaps job, opsboard.gaps; read here) ----------------------------------------
+
+GAP_WINDOWS = {"7d": 7, "30d": 30}
+GAP_STATUSES = ("open", "covered", "closed", "all")
+GROWTH = 1.5  # the window's second half asked this many times the first half's (and at least 2 more): growing
+
+
+def gap_trend(daily: dict, first_day: datetime.date, days: int, first_seen: datetime.datetime | None) -> str:
+    """new (first asked in the window's second half), growing, shrinking or steady: the window's second half
+    against its first."""
+    middle = first_day + datetime.timedelta(days=days // 2)
+    earlier = sum(n for day, n in daily.items() if first_day <= datetime.date.fromisoformat(day) < middle)
+    recent = sum(n for day, n in daily.items() if datetime.date.fromisoformat(day) >= middle)
+    if first_seen is not None and timezone.localtime(first_seen).date() >= middle:
+        return "new"
+    if recent >= GROWTH * earlier and recent - earlier >= 2:
+        return "growing"
+    if earlier >= GROWTH * recent and earlier - recent >= 2:
+        return "shrinking"
+    return "steady"
+
+
+def gap_as_dict(group: GapGroup, *, size: int | None = None, trend: str = "") -> dict:
+    return {
+        "id": group.pk, "title": group.title, "kb": group.kb, "status": group.status,
+        "reason": group.reason, "reason_label": group.get_reason_display(), "reason_detail": group.reason_detail,
+        "size": group.size if size is None else size, "questions": group.questions, "trend": trend,
+        "first_seen": group.first_seen.isoformat() if group.first_seen else None,
+        "last_seen": group.last_seen.isoformat() if group.last_seen else None,
+        "examples": group.examples, "classes": group.classes, "pages": group.pages,
+        "covered_at": group.covered_at.isoformat() if group.covered_at else None,
+        "covered_version": group.covered_version, "check_result": group.check_result,
+        "closed_at": group.closed_at.isoformat() if group.closed_at else None,
+        "computed_at": group.computed_at.isoformat() if group.computed_at else None,
+    }
+
+
+def gap_groups(window: str = "7d", status: str = "open", limit: int = 100) -> dict:
+    """The gaps asked in the window (requests per local day, as the job stored them), largest first, each with
+    its size in the window and its trend; and when the job last ran."""
+    days = GAP_WINDOWS.get(window, 7)
+    first_day = timezone.localtime(timezone.now()).date() - datetime.timedelta(days=days - 1)
+    rows = GapGroup.objects.all() if status == "all" else GapGroup.objects.filter(status=status)
+    if status != "closed":
+        rows = rows.filter(last_seen__gte=datetime.datetime.combine(
+            first_day, datetime.time(), tzinfo=timezone.get_current_timezone()))
+    groups = []
+    for group in rows.defer("check_result"):
+        size = sum(n for day, n in group.daily.items() if datetime.date.fromisoformat(day) >= first_day)
+        if size or status in ("closed", "all"):
+            groups.append((size, group))
+    groups.sort(key=lambda pair: (-pair[0], pair[1].pk))
+    total = sum(size for size, _ in groups)
+    computed = GapGroup.objects.aggregate(at=Max("computed_at"))["at"]
+    return {"window": window if window in GAP_WINDOWS else "7d", "status": status, "total": total,
+            "groups": [gap_as_dict(g, size=size, trend=gap_trend(g.daily, first_day, days, g.first_seen))
+                       for size, g in groups[:limit]],
+            "shown": min(limit, len(groups)), "count": len(groups),
+            "computed_at": computed.isoformat() if computed else None}
+
+
+def gap_detail(group_id: int) -> dict | None:
+    group = GapGroup.objects.filter(pk=group_id).first()
+    if group is None:
+        return None
+    questions = list(GapQuestion.objects.filter(group=group).order_by("-times", "question")
+                     .values("question", "kb", "times", "last_seen", "request_id", "channel", "reason", "classes")[:200])
+    return {**gap_as_dict(group), "all_questions": questions}

@@ -166,6 +166,9 @@ def daily_report_build(day: datetime.date | None = None) -> DailyReport:
         "failed_by_code": failed_by_code,
         "slowest": [{**row, "latency_ms": round(row["latency_ms"], 1)} for row in slowest],
         "failed": [{**row, "created_at": timezone.localtime(row["created_at"]).isoformat()} for row in failed],
+        # The open coverage gaps of the last 7 days, as the hourly gaps job last grouped them.
+        "gaps": [{k: g[k] for k in ("id", "title", "kb", "size", "questions", "trend", "reason", "reason_label")}
+                 for g in selectors.gap_groups("7d", "open", limit=10)["groups"]],
         "hourly": {c: [{"hour": timezone.localtime(b["bucket"]).strftime("%H"), "requests": b["requests"],
                         "failures": b["failures"], "p95_ms": b["p95_ms"]} for b in series]
                    for c, series in hours.items()},

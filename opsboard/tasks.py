@@ -1,5 +1,6 @@
 from celery import shared_task
 
+from opsboard.gaps import gaps_compute
 from opsboard.services import alerts_evaluate, daily_report_build, rollup_hours
 
 
@@ -19,3 +20,9 @@ def alerts_evaluate_task() -> int:
 def rollup_hours_task() -> int:
     """Every 5 minutes (beat): roll up the hours that closed, so the overview reads few rows."""
     return rollup_hours()
+
+
+@shared_task
+def gaps_compute_task() -> int:
+    """Hourly (beat): regroup the unanswered questions into coverage gaps; re-check the covered ones."""
+    return gaps_compute().groups

@@ -7,15 +7,16 @@ import datetime
 
 from django.conf import settings
 from django.http import Http404, HttpResponse, JsonResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
+from django.utils.http import urlencode
 from django.views.decorators.http import require_GET, require_POST
 
 from infra.access import in_group, requires
 from infra.errors import ServiceError
 from infra.security import self_contained_document
-from opsboard import charts, selectors
+from opsboard import charts, gaps, selectors
 from opsboard.models import DailyReport
 from opsboard.services import daily_report_json, replay_request
 from rag.models import Channel
@@ -171,3 +172,67 @@ def report_download(request, day: str, fmt: str):
 @ops_required
 def freshness_page(request):
     return render(request, "opsboard/freshness.html", {"bases": selectors.freshness()})
+
+
+def _back(request, notice: str):
+    return redirect(f"{request.path.rsplit('/', 1)[0]}?{urlencode({'notice': notice + '.'})}")
+
+
+def _gap_query(request) -> tuple[str, str]:
+    window = request.GET.get("window", "7d")
+    status = request.GET.get("status", "open")
+    return (window if window in selectors.GAP_WINDOWS else "7d",
+            status if status in selectors.GAP_STATUSES else "open")
+
+
+@require_GET
+@ops_required
+def gaps_page(request):
+    """Coverage gaps: unanswered questions grouped by meaning (recomputed by the gaps job, read here)."""
+    window, status = _gap_query(request)
+    return render(request, "opsboard/gaps.html", {
+        **selectors.gap_groups(window, status), "windows": tuple(selectors.GAP_WINDOWS),
+        "statuses": selectors.GAP_STATUSES, "notice": request.GET.get("notice", "")[:200]})
+
+
+@require_GET
+@ops_required
+def gaps_json(request):
+    window, status = _gap_query(request)
+    return JsonResponse(selectors.gap_groups(window, status))
+
+
+@require_GET
+@ops_required
+def gap_page(request, group_id: int):
+    detail = selectors.gap_detail(group_id)
+    if detail is None:
+        raise Http404("No coverage gap with this number.")
+    if request.GET.get("format") == "json":
+        return JsonResponse(detail, json_dumps_params={"default": str})
+    return render(request, "opsboard/gap.html", {"gap": detail, "notice": request.GET.get("notice", "")[:200]})
+
+
+@require_POST
+@ops_required
+def gap_drafts(request, group_id: int):
+    """Every question of the group becomes a draft golden case (the thumbs-down drafting, for the group)."""
+    try:
+        made, missing = gaps.gap_drafts(gaps.gap_get(group_id))
+    except ServiceError as exc:
+        return HttpResponse(exc.message, status=exc.status)
+    notice = f"{made} draft golden case(s) ready in the admin's golden drafts"
+    notice += f"; {missing} question(s) no longer have a kept request" if missing else ""
+    return _back(request, notice)
+
+
+@require_POST
+@ops_required
+def gap_covered(request, group_id: int):
+    """The docs now cover it: re-checked against the next index of its knowledge base."""
+    try:
+        group = gaps.gap_mark_covered(gaps.gap_get(group_id), user=request.user)
+    except ServiceError as exc:
+        return HttpResponse(exc.message, status=exc.status)
+    notice = f"Marked covered; re-checked once an index newer than {group.covered_version or 'none'} serves {group.kb}"
+    return _back(request, notice)

@@ -176,6 +176,7 @@ CELERY_BEAT_SCHEDULE = {  # `make run` embeds beat in its worker; in production 
     "sources-sync": {"task": "rag.tasks.sources_sync_task", "schedule": 60.0},  # each KB's sync_interval_minutes
     "ops-rollup": {"task": "opsboard.tasks.rollup_hours_task", "schedule": 300.0},
     "ops-daily-report": {"task": "opsboard.tasks.daily_report_task", "schedule": crontab(hour=0, minute=10)},
+    "ops-gaps": {"task": "opsboard.tasks.gaps_compute_task", "schedule": crontab(minute=40)},  # before the report
 }
 
 REST_FRAMEWORK = {
