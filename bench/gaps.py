@@ -179,7 +179,6 @@ def main() -> int:
         return 0
     configure(data / "bench-gaps")
     from opsboard import gaps, grouping
-    from opsboard.models import GapGroup, GapQuestion
     from rag.models import RequestRecord
 
     rng = random.Random(args.seed)
@@ -192,6 +191,22 @@ def main() -> int:
           f"{unanswered} unanswered ({RequestRecord.objects.filter(outcome='empty').count()} empty, "
           f"{RequestRecord.objects.filter(feedback__isnull=False).count()} thumbs-down)")
     thresholds = [float(t) for t in args.sweep.split(",") if t] or [args.threshold or grouping.DISTANCE_THRESHOLD]
+    results = sweep("replayed log: what the engine left unanswered", asked, thresholds)
+    # The same log as if the docs answered none of it: every question a gap, so grouping has work to do.
+    from assistant.models import Feedback
+
+    answered = RequestRecord.objects.filter(feedback__isnull=True).exclude(outcome="chitchat")
+    Feedback.objects.bulk_create([Feedback(request=r, reason="bench: every question a gap") for r in answered])
+    results += sweep("every question of the log unanswered", asked, thresholds)
+    (data / "bench-gaps" / "gaps.json").write_text(json.dumps(results, indent=1))
+    return 0
+
+
+def sweep(title: str, asked: dict[str, dict], thresholds: list[float]) -> list[dict]:
+    from opsboard import gaps
+    from opsboard.models import GapGroup, GapQuestion
+
+    print(f"\n{title}")
     print(f"{'threshold':>9} {'part':>5} {'questions':>9} {'requests':>8} {'groups':>6} {'purity':>7} "
           f"{'class.member':>12} {'read 90%':>8} {'job s':>6}")
     results = []
@@ -203,12 +218,11 @@ def main() -> int:
         job_s = time.perf_counter() - started
         for part in ("A", "B", None):
             s = score(asked, part)
-            results.append({"threshold": threshold, "part": part or "whole", **s, "job_s": round(job_s, 2),
-                            "groups_stored": run.groups})
+            results.append({"log": title, "threshold": threshold, "part": part or "whole", **s,
+                            "job_s": round(job_s, 2), "groups_stored": run.groups})
             print(f"{threshold:>9.3f} {part or 'whole':>5} {s['questions']:>9} {s['requests']:>8} {s['groups']:>6} "
                   f"{s['purity']:>7.1%} {s['member_purity']:>12.1%} {s['read_for_90']:>8} {job_s:>6.1f}")
-    (data / "bench-gaps" / "gaps.json").write_text(json.dumps(results, indent=1))
-    return 0
+    return results
 
 
 def _window():

@@ -403,6 +403,20 @@ def roll_up() -> dict:
             "job_ms": round((time.perf_counter() - started) * 1000, 1)}
 
 
+def group_gaps() -> dict:
+    """Run the hourly gaps job as it would run now, twice: the first embeds the questions it has not kept yet
+    (at most opsboard.gaps.MAX_EMBEDDED_PER_RUN), the second is the job of an ordinary hour."""
+    from opsboard.gaps import gaps_compute
+
+    runs = []
+    for _ in range(2):
+        started = time.perf_counter()
+        run = gaps_compute()
+        runs.append({"s": round(time.perf_counter() - started, 1), "questions": run.questions, "groups": run.groups,
+                     "embedded_left": run.embedded_left})
+    return {"first": runs[0], "next": runs[1]}
+
+
 def ensure_filled(args: argparse.Namespace) -> dict:
     """Reuse the database when it holds what was asked for, else fill it; roll up hours; build daily reports."""
     from django.conf import settings
@@ -432,6 +446,8 @@ def ensure_filled(args: argparse.Namespace) -> dict:
         print("  mix: " + ", ".join(f"{name} {mix[name] / mix['records']:.1%}" for name in mix if name != "records"))
     print("Rolling up hours …", flush=True)
     setup["rollup"] = roll_up()
+    print("Grouping the coverage gaps …", flush=True)
+    setup["gaps"] = group_gaps()
     if not setup["reused"]:
         print("Building the daily reports …", flush=True)
         setup["daily_report_build"] = build_reports()
@@ -466,6 +482,9 @@ def pages_to_time() -> list[tuple[str, str]]:
     middle = RequestRecord.objects.order_by("-id").values_list("id", flat=True).first() // 2
     detail = RequestRecord.objects.filter(channel="web", kind="chat", hit_count__gt=0, feedback__isnull=False) \
         .order_by("-id").values_list("request_id", flat=True).first()
+    from opsboard.models import GapGroup
+
+    largest_gap = GapGroup.objects.order_by("-size").values_list("id", flat=True).first() or 0
     return [
         ("overview 24h", "/ops/"),
         ("overview 7d", "/ops/?window=7d"),
@@ -483,6 +502,10 @@ def pages_to_time() -> list[tuple[str, str]]:
         ("request detail", f"/ops/requests/{detail}"),
         ("live.json", "/ops/live.json"),
         ("reports", "/ops/reports"),
+        ("gaps 7d", "/ops/gaps"),
+        ("gaps 30d", "/ops/gaps?window=30d"),
+        ("gaps.json 30d", "/ops/gaps.json?window=30d"),
+        ("gap detail", f"/ops/gaps/{largest_gap}"),
     ]
 
 
@@ -565,6 +588,9 @@ def main() -> int:
     rollup = setup["rollup"]
     print(f"hour rollup: {rollup['hours_written']} hour rows in {rollup['backfill_s']} s (backfill); "
           f"the five-minute job afterwards: {rollup['job_ms']} ms")
+    for name, run in setup.get("gaps", {}).items():
+        print(f"gaps job ({name} run): {run['s']} s, {run['questions']:,} unanswered questions in {run['groups']:,} "
+              f"groups, {run['embedded_left']:,} left to embed")
     print(f"database size: {size / 2**20:,.0f} MiB; peak RSS while timing pages: {peak:,.0f} MiB")
 
     for name, r in results.items():
