@@ -19,6 +19,7 @@ from .text import HAN_RE, sha1
 
 MAX_RESPONSE_TOKENS = 25_000  # no response above this (what Claude Code accepts from an MCP tool) unless asked
 MIN_BUDGET = 100
+DEFAULT_MAX_TOKENS = 5_000  # an MCP search, a CLI search/context or a CG_RAG call asked without max_tokens
 ITEM_OVERHEAD_TOKENS = 12  # what a result's id, source and heading cost around its text
 FENCE_RE = re.compile(r"^\s*(```|~~~)")
 SENTENCE_RE = re.compile(r"(?<=[.!?。！？；;])\s+|(?<=[。！？；])")

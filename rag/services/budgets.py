@@ -5,13 +5,13 @@ rag.engine.budget, and a cursor that continues from where a response stopped."""
 from __future__ import annotations
 
 from infra.errors import ServiceError
-from rag.engine.budget import MAX_RESPONSE_TOKENS, MIN_BUDGET, BudgetPacker, Budgeted, Position, cursor_for, position_of
+from rag.engine.budget import (DEFAULT_MAX_TOKENS, MAX_RESPONSE_TOKENS, MIN_BUDGET, BudgetPacker, Budgeted, Position,
+                               cursor_for, position_of)
 from rag.pipeline import get_engine
 
 __all__ = ["DEFAULT_MAX_TOKENS", "MAX_TOKENS_LIMIT", "MIN_BUDGET", "PAGED_CANDIDATES", "Position", "call_scope",
            "checked_max_tokens", "citations_within", "evidence_within", "page_within", "start_of"]
 
-DEFAULT_MAX_TOKENS = 5_000  # an MCP search or a CLI search/context without max_tokens
 MAX_TOKENS_LIMIT = 100_000  # above MAX_RESPONSE_TOKENS only when asked for
 PAGED_CANDIDATES = 50  # ranked sections a cursor can page through
 

@@ -349,3 +349,18 @@ def test_a_budgeted_read_reads_on_with_its_cursor_to_the_end(built_kb):
                               "--cursor", parts[-1]["cursor"]))
     assert len(parts) > 2 and parts[-1]["cursor"] is None and all(part["tokens"] <= 200 for part in parts)
     assert all(part["content"].count("```") % 2 == 0 for part in parts)
+
+
+def test_a_budgeted_ask_gives_its_cited_texts_within_the_budget(built_kb):
+    question = "WebGLRenderer shadowMap 怎么开启阴影？"
+    wide = run_json("ask", "--kb", "sdk", question, "--max-tokens", "4000")
+    tight = run_json("ask", "--kb", "sdk", question, "--max-tokens", "150")
+
+    assert wide["citations"] and len(wide["cited_texts"]) == len(wide["citations"])
+    assert wide["tokens"] <= 4000 and all(c["text"] for c in wide["cited_texts"])
+    assert tight["answer"] == wide["answer"] and tight["max_tokens"] == 150
+    # The answer is kept whole; the cited texts take what it leaves, cut at boundaries and marked incomplete.
+    assert sum(len(c["text"]) for c in tight["cited_texts"]) < sum(len(c["text"]) for c in wide["cited_texts"])
+    assert not all(c["complete"] for c in tight["cited_texts"])
+    assert run_json_failure("ask", "--kb", "sdk", question, "--max-tokens", "10")["code"] == "invalid_max_tokens"
+    assert "cited_texts" not in run_json("ask", "--kb", "sdk", question)  # the seed's shape without a budget

@@ -32,9 +32,9 @@ from rag.services.questions import MAX_TOP_K, QuestionRequest, question_answer, 
 from rag.services.release import index_build_gated
 from rag.services.sdk import (kb_serving, sdk_changes, sdk_version_ensure, sdk_versions_diff, sdk_versions_listed,
                               split_kb)
-from rag.services.budgets import (PAGED_CANDIDATES, call_scope, checked_max_tokens, evidence_within, page_within,
-                                  start_of)
-from rag.shapes import citation_as_dict, context_text, hit_as_dict, sdk_version_as_dict, search_as_dict, sources_of
+from rag.services.budgets import (PAGED_CANDIDATES, call_scope, checked_max_tokens, citations_within,
+                                  evidence_within, page_within, start_of)
+from rag.shapes import cited_chunks, citation_as_dict, context_text, hit_as_dict, sdk_version_as_dict, search_as_dict, sources_of
 
 ARGUMENTS_ERROR = "invalid_arguments"
 NOT_MIGRATED = ServiceError("database_not_migrated", "The database has no tables yet: run `python manage.py "
@@ -105,6 +105,10 @@ class Command(BaseCommand):
                                    help="pack the results into this many tokens (100-100000), cut at block and "
                                         "sentence boundaries; the JSON gives a cursor for the rest")
                     p.add_argument("--cursor", default=None, help="continue from the cursor a budgeted call gave")
+                else:
+                    p.add_argument("--max-tokens", type=int, default=None,
+                                   help="also give each citation's text, the answer and the texts within this many "
+                                        "tokens (100-100000); `rag read <link> --max-tokens` reads a cited section on")
                 p.add_argument("--no-record", action="store_true",
                                help="leave no request record (batch runs); every question is recorded by default")
             if name == "read":
@@ -284,8 +288,15 @@ class Command(BaseCommand):
         }
 
     def _ask(self, kb: str, options) -> dict:
+        budget = checked_max_tokens(options["max_tokens"]) if options["max_tokens"] is not None else None
         outcome = question_answer(self._request(kb, options, options["question"]))
         answer = outcome.answer
+        budgeted = {}
+        if budget is not None:  # the cited sections' texts, packed into what the answer leaves of the budget
+            cited, tokens = citations_within(answer.text, cited_chunks(outcome), max_tokens=budget)
+            budgeted = {"cited_texts": [{key: c[key] for key in ("number", "chunk_id", "link", "text", "complete",
+                                                                  "dropped_code_blocks")} for c in cited],
+                        "tokens": tokens, "max_tokens": budget}
         return {
             "question": outcome.question,
             "mode": outcome.result.mode,
@@ -303,6 +314,7 @@ class Command(BaseCommand):
             **sdk_version_as_dict(outcome),
             "plan": outcome.result.plan.as_dict(),
             "request_id": outcome.request_id,
+            **budgeted,
         }
 
     def _human_ask(self, p: dict) -> str:
