@@ -1,7 +1,8 @@
 """Request bodies of the CG_RAG API (seed 004), validated the way the seed says: strict JSON types, ranges,
 and pydantic's error items (`loc`, `message`, `type`) in the `invalid_request` envelope.
 
-`query` is stripped and must not be empty; `topk` is 1..200, `max_items` 1..20; `include_debug` and
+`query` is stripped and must not be empty; `topk` is 1..200, `max_items` 1..20, retrieve-rerank's optional
+`max_tokens` 100..100000; `include_debug` and
 `generation_enable_thinking` are JSON booleans only ("true", 1 and 0 are refused). Unknown fields are
 ignored, as the seed's service does. Defaults that come from settings are filled in by the views.
 """
@@ -14,6 +15,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, StringConstraints, ValidationError
 
 from rag.services import LIMITS
+from rag.services.budgets import MAX_TOKENS_LIMIT, MIN_BUDGET
 
 MAX_SCOPE_CHARS = 64
 MAX_DOCS = LIMITS.candidates  # candidates a caller may pass to constrained generation
@@ -25,6 +27,8 @@ Scope = Annotated[StrictStr, StringConstraints(strip_whitespace=True, min_length
 TopK = Annotated[StrictInt, Field(ge=1, le=LIMITS.candidates)]
 MaxItems = Annotated[StrictInt, Field(ge=1, le=LIMITS.choices)]
 DocText = Annotated[StrictStr, StringConstraints(max_length=MAX_DOC_CHARS)]
+MaxTokens = Annotated[StrictInt, Field(ge=MIN_BUDGET, le=MAX_TOKENS_LIMIT)]
+Cursor = Annotated[StrictStr, StringConstraints(min_length=1, max_length=200)]
 
 
 class Body(BaseModel):
@@ -35,6 +39,10 @@ class RetrieveRerankInput(Body):
     query: Query
     scope: Scope | None = None
     topk: TopK | None = None
+    # Ours, optional (an agent's budget, rag.services.budgets): the candidates packed into this many tokens,
+    # with a cursor that continues from where the response stopped.
+    max_tokens: MaxTokens | None = None
+    cursor: Cursor | None = None
 
 
 class RetrievalDoc(BaseModel):

@@ -20,11 +20,12 @@ from cgrag.http import error_body, error_of, route, sse_response
 from cgrag.inputs import (ConstrainedGenerateInput, InvalidRequest, RagInput, RetrieveRerankInput, WarmupInput, invalid,
                           json_object, parse)
 from cgrag.limits import Spender
-from cgrag.shapes import generation_of, retrieval_of
+from cgrag.shapes import budgeted_docs, generation_of, retrieval_of
 from cgrag.vision import vision_health
 from infra.capacity import capacity_stats
 from rag.models import Channel
 from rag.retrieval_cache import retrieval_cache
+from rag.services.budgets import DEFAULT_MAX_TOKENS, call_scope, evidence_within, start_of
 from rag.services.profiles import embedding_summary, generation_provider, host_of, profile_of, rerank_summary
 from rag.services.questions import (Caller, Candidate, ChoiceEvent, GenerationEvent, QuestionRequest, RetrievalEvent,
                                     TokenEvent, question_choose, question_choose_stream, question_search)
@@ -110,10 +111,21 @@ def profiles(request: HttpRequest, request_id: str) -> dict:
 @route("POST", limit="search")
 def retrieve_rerank(request: HttpRequest, request_id: str) -> dict:
     body = parse(RetrieveRerankInput, request.body)
-    question, item, topk = _scoped_question(body, request_id, {"scope": body.scope, "topk": body.topk},
-                                            Spender.of_request(request))
+    arguments = {"scope": body.scope, "topk": body.topk, **({"max_tokens": body.max_tokens, "cursor": body.cursor}
+                                                            if body.max_tokens or body.cursor else {})}
+    budget = None
+    if body.max_tokens is not None or body.cursor is not None:  # checked before the question is asked
+        scope = call_scope(question=body.query, kb=body.scope, sdk_version=None)
+        budget = (body.max_tokens or DEFAULT_MAX_TOKENS, start_of(body.cursor, scope), scope)
+    question, item, topk = _scoped_question(body, request_id, arguments, Spender.of_request(request))
     outcome = question_search(question)
-    return {"request_id": request_id, **retrieval_of(outcome, item, topk)}
+    shaped = retrieval_of(outcome, item, topk)
+    if budget is not None:
+        max_tokens, start, scope = budget
+        packed, following = evidence_within(outcome, max_tokens=max_tokens, start=start, scope=scope)
+        shaped.update(budgeted_docs(outcome, packed), tokens=packed.tokens, max_tokens=max_tokens,
+                      left_out=list(packed.left_out), cursor=following)
+    return {"request_id": request_id, **shaped}
 
 
 @route("POST", limit="generate")

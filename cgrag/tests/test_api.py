@@ -134,11 +134,31 @@ def test_topk_defaults_to_78_and_lists_more_than_the_answer_uses(client, sdk_kb)
     ({"query": "fog", "topk": True}, ["topk"], "int_type"),
     ({"query": "fog", "topk": 2.5}, ["topk"], "int_type"),
     ({"query": "fog", "scope": "nowhere"}, ["scope"], "scope_not_found"),
+    ({"query": "fog", "max_tokens": 99}, ["max_tokens"], "greater_than_equal"),
+    ({"query": "fog", "max_tokens": "500"}, ["max_tokens"], "int_type"),
+    ({"query": "fog", "cursor": 3}, ["cursor"], "string_type"),
 ])
 def test_retrieve_rerank_validation(client, sdk_kb, body, loc, kind):
     errors = errors_of(post(client, "/cg-rag/retrieve-rerank", body))
     assert errors[0]["loc"] == loc and errors[0]["type"] == kind and errors[0]["message"]
     assert not RequestRecord.objects.exists()
+
+
+def test_retrieve_rerank_packs_its_candidates_into_max_tokens_and_pages_on_with_a_cursor(client, sdk_kb):
+    query = {"query": "WebGLRenderer shadowMap 怎么开启阴影？", "topk": 20}
+    whole = post(client, "/cg-rag/retrieve-rerank", query).json()
+    first = post(client, "/cg-rag/retrieve-rerank", {**query, "max_tokens": 300}).json()
+    second = post(client, "/cg-rag/retrieve-rerank", {**query, "max_tokens": 300, "cursor": first["cursor"]}).json()
+
+    assert "tokens" not in whole and whole["num_docs"] == 20  # the seed's shape without a budget
+    assert first["tokens"] <= 300 and first["max_tokens"] == 300 and first["cursor"] and first["left_out"]
+    assert first["num_docs"] == len(first["retrieval_docs"]) < 20
+    assert first["retrieval_docs"][0]["chunk_id"] == whole["retrieval_docs"][0]["chunk_id"]
+    assert all("complete" in doc and "dropped_code_blocks" in doc for doc in first["retrieval_docs"])
+    assert second["retrieval_docs"][0]["rank"] >= first["retrieval_docs"][-1]["rank"] and second["tokens"] <= 300
+    other = post(client, "/cg-rag/retrieve-rerank", {"query": "Fog 的颜色", "max_tokens": 300,
+                                                     "cursor": first["cursor"]})
+    assert other.status_code == 400 and other.json()["error"]["code"] == "invalid_cursor"
 
 
 def test_a_body_that_is_not_json_is_invalid_request(client, sdk_kb):
