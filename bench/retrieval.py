@@ -35,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
+from rag.engine.budget import DEFAULT_MAX_TOKENS, BudgetPacker, ModelTokenCounter  # noqa: E402
 from rag.engine.chunk import chunk_documents  # noqa: E402
 from rag.engine.embed import LocalE5Embedder, QueryVectorCache  # noqa: E402
 from rag.engine.index import IndexError_, IndexStore, VersionReader  # noqa: E402
@@ -317,6 +318,7 @@ def serve(folder: Path, *, timed: bool = True, sets=tuple(GOLDEN), modes=MODES, 
             scored[name][mode] = scores
     if "hybrid" in modes:
         out["members"] = member_diagnosis(golden, searchers, queries, records)
+        out["budgets"] = budget_table(golden, searchers, queries_store.embedder)
     queries_store.save()
 
     for mode, scores in scored.get("written", {}).items():
@@ -511,6 +513,8 @@ def print_report(build_report: dict, served: dict, extra: dict) -> None:
     print_quality(served["quality"])
     if "members" in served:
         print_members(served["members"])
+    if "budgets" in served:
+        print_budgets(served["budgets"])
     print_speed(served)
     print_scale(extra)
 
@@ -550,6 +554,77 @@ def member_diagnosis(golden: dict, searchers: dict, queries: QueryVectorCache, r
     return out
 
 
+BUDGETS = (1_000, 2_000, 4_000)
+
+
+def evidence_kept(item: dict, kept: list[RetrievedChunk]) -> tuple[bool, bool | None]:
+    """(every expected class has a kept section, an expected member's section is kept; None: no member asked)."""
+    expected, members = item.get("expected_classes") or [], set(item.get("expected_members") or [])
+    classes = bool(expected) and all(any(page_matches(c, name) for c in kept) for name in expected)
+    if not members:
+        return classes, None
+    return classes, any(c.member in members and any(page_matches(c, n) for n in expected) for c in kept)
+
+
+def budget_table(golden: dict, searchers: dict, embedder) -> dict:
+    """What an agent's MCP search keeps within a token budget (issue 33): the adopted sections packed as
+    `mcp_search` packs them (rag.engine.budget, counted with the bundled model's tokenizer), scored for class
+    and member hit against the top 5 unbudgeted; and the tokens of a call at the default budget."""
+    counter = ModelTokenCounter(embedder)
+    out = {}
+    for name, items in golden.items():
+        rows = []
+        for item in items:
+            if not item["answerable"]:
+                continue
+            result = searchers[item["kb"]].run(item["question"], mode="hybrid")
+            ranked = [(h.chunk.chunk_id, h.chunk.text) for h in result.hits]
+            chunks = {h.chunk.chunk_id: h.chunk for h in result.hits}
+            row = {"half": id_half(item["id"]), "top5": evidence_kept(item, retrieved_of(result)[:5]),
+                   "top5_tokens": sum(counter.count(h.chunk.text) for h in result.hits[:5])}
+            for budget in (*BUDGETS, DEFAULT_MAX_TOKENS):
+                packed = BudgetPacker(counter).run(ranked, budget)
+                kept = [RetrievedChunk(chunks[p.chunk_id].class_name, chunks[p.chunk_id].member,
+                                       chunks[p.chunk_id].source) for p in packed.items]
+                row[budget] = (evidence_kept(item, kept), packed.tokens)
+            rows.append(row)
+        table = {}
+        for part in ("whole", *HALVES):
+            kept = [r for r in rows if part in ("whole", r["half"])]
+            with_members = [r for r in kept if r["top5"][1] is not None]
+
+            def rate(values):
+                return round(sum(values) / len(values), 4) if values else None
+
+            table[part] = {
+                "questions": len(kept),
+                "top5": {"class_hit": rate([r["top5"][0] for r in kept]),
+                         "member_hit": rate([r["top5"][1] for r in with_members]),
+                         "tokens_p50": statistics.median([r["top5_tokens"] for r in kept]) if kept else None},
+                **{str(b): {"class_hit": rate([r[b][0][0] for r in kept]),
+                            "member_hit": rate([r[b][0][1] for r in with_members]),
+                            "tokens_p50": statistics.median([r[b][1] for r in kept]) if kept else None,
+                            "tokens_max": max([r[b][1] for r in kept]) if kept else None}
+                   for b in (*BUDGETS, DEFAULT_MAX_TOKENS)}}
+        out[name] = table
+    return out
+
+
+def print_budgets(budgets: dict) -> None:
+    print(f"\n== Within a token budget (MCP search's packing; bundled model's tokenizer): class / member hit, "
+          f"and tokens per call (median; max) ==")
+    columns = ("top5", *map(str, BUDGETS), str(DEFAULT_MAX_TOKENS))
+    print(f"{'set':8s} {'part':5s} " + " ".join(f"{(c if c == 'top5' else c + ' tok'):>22s}" for c in columns))
+    for name, table in budgets.items():
+        for part, row in table.items():
+            cells = []
+            for column in columns:
+                cell = row[column]
+                tokens = f"{cell['tokens_p50']:.0f}" + (f";{cell['tokens_max']}" if "tokens_max" in cell else "")
+                cells.append(f"{_pct(cell['class_hit'])}/{_pct(cell['member_hit'])} {tokens}".rjust(22))
+            print(f"{name:8s} {part:5s} " + " ".join(cells))
+
+
 def print_members(members: dict) -> None:
     print("\n== Member hit (first 3), hybrid: engine / plain hybrid retriever (cosine + BM25 of the question, RRF), "
           "and the stage where the engine lost each member (bench/members.py) ==")
@@ -583,6 +658,8 @@ def quality_only(folder: Path, args) -> int:
     print_quality(served["quality"])
     if "members" in served:
         print_members(served["members"])
+    if "budgets" in served:
+        print_budgets(served["budgets"])
     (folder / "quality.json").write_text(json.dumps({"version": args.version, **served}, ensure_ascii=False, indent=1))
     if args.dump:
         write_dump(args.dump, records)
