@@ -7,7 +7,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 export OPENBLAS_NUM_THREADS ?= 1
 
-.PHONY: install run prod test test-fast test-clock test-loaded bench bench-formats bench-versions bench-sync bench-load bench-scale bench-ops bench-gaps bench-cli bench-soak migrate clean
+.PHONY: install test-tools run prod test test-fast test-clock test-loaded bench bench-formats bench-versions bench-sync bench-load bench-scale bench-ops bench-gaps bench-cli bench-soak migrate clean
 
 $(STAMP): requirements.txt
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "$(PYTHON) not found; set PYTHON=python3.11" >&2; exit 1; }
@@ -16,7 +16,14 @@ $(STAMP): requirements.txt
 	$(PY) -m pip install --quiet -r requirements.txt
 	@rm -f $(VENV)/.installed-* && touch $(STAMP)
 
+# The MCP Inspector's CLI for the tests (package.json; `make test` needs Node.js): its install scripts are not run.
+node_modules/.package-lock.json: package-lock.json
+	@command -v npm >/dev/null 2>&1 || { echo "npm not found: install Node.js (the MCP Inspector test needs it)" >&2; exit 1; }
+	npm ci --no-audit --no-fund --ignore-scripts --loglevel=error
+
 install: $(STAMP)
+
+test-tools: node_modules/.package-lock.json
 
 migrate: install
 	$(PY) manage.py migrate --noinput
@@ -48,10 +55,10 @@ prod: install
 	$(PY) manage.py collectstatic --noinput -v0 && $(PY) manage.py rag reindex --if-changed --background && \
 	exec $(VENV)/bin/honcho start -f Procfile -p "$(PORT)"
 
-test: install
+test: install test-tools
 	$(VENV)/bin/pytest
 
-test-fast: install
+test-fast: install test-tools
 	$(VENV)/bin/pytest -m "not slow"
 
 # The whole suite on a loaded machine (issue 28): 3 CPU-burning processes per core run beside it (.ci/loaded.py;
@@ -59,7 +66,7 @@ test-fast: install
 # LOADED_PYTEST. Not part of CI: a check of the suite's own robustness, run after changing live or timing tests.
 LOADED_PYTEST ?=
 
-test-loaded: install
+test-loaded: install test-tools
 	$(PY) .ci/loaded.py -- $(VENV)/bin/pytest $(LOADED_PYTEST)
 
 # The whole suite with the wall clock at each local time of CLOCK_TIMES on CLOCK_DAY (in CLOCK_TZ), one run after
@@ -71,7 +78,7 @@ CLOCK_DAY ?= tomorrow
 CLOCK_TIMES ?= 00:30 04:00 23:59
 CLOCK_PYTEST ?=
 
-test-clock: install
+test-clock: install test-tools
 	@command -v faketime >/dev/null 2>&1 || { echo "faketime not found (Debian: apt-get install faketime)" >&2; exit 1; }
 	@failed=""; for at in $(CLOCK_TIMES); do \
 	  started=$$(date +%s); target=$$(TZ=$(CLOCK_TZ) date -d "$(CLOCK_DAY) $$at" +%s) || exit 2; \

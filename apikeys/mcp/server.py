@@ -1,4 +1,5 @@
-"""The MCP server (official SDK): two tools over the shared engine, the same for HTTP and stdio.
+"""The MCP server (official SDK): the tools over the shared engine, resources (knowledge bases, their pages) and
+prompt templates, the same for HTTP and stdio.
 
 `build_server()` makes a fresh `MCPServer`; the HTTP gate (`apikeys.mcp.http`) serves it at /mcp inside the
 Django ASGI application, and `manage.py mcp_stdio` runs it over stdin/stdout. The tools only translate:
@@ -7,6 +8,7 @@ arguments in, `apikeys.mcp.service` does the work, structured content plus a rea
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Annotated, Any
 
@@ -14,13 +16,15 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+from mcp.shared.exceptions import MCPError
+from mcp.types import INVALID_PARAMS, CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 from pydantic.fields import FieldInfo
 
-from apikeys.mcp.service import (Caller, mcp_ask, mcp_list_versions, mcp_read, mcp_search, read_tool_name, tool_names,
-                                 versions_tool_name)
+from apikeys.mcp.service import (RESOURCE_SCHEME, Caller, mcp_ask, mcp_knowledge_bases, mcp_list_versions, mcp_page,
+                                 mcp_pages, mcp_read, mcp_search, prompt_explain_api, prompt_migrate, read_tool_name,
+                                 tool_names, versions_tool_name)
 from infra.errors import ServiceError
 from rag.services import LIMITS
 from rag.services.budgets import DEFAULT_MAX_TOKENS, MAX_TOKENS_LIMIT, MIN_BUDGET
@@ -343,4 +347,53 @@ def build_server(*, transport: str = "http") -> MCPServer:
                     description=f"List the SDK versions of {product}'s documentation that can be asked (pass one as "
                                 f"`sdk_version` to {search_name} or {ask_name}), with their aliases and what "
                                 f"changed from the version before.", annotations=read_only)
+    _add_resources(server, product)
+    _add_prompts(server, product)
     return server
+
+
+async def _read(function, *, prompt: bool = False, **kwargs):
+    """A resource or prompt's blocking service call in a worker thread; a service error reaches the client as
+    `<code>: <message>` (a resource error, or for a prompt an invalid-params error the SDK passes through)."""
+    try:
+        return await database_sync_to_async(function, thread_sensitive=False)(**kwargs)
+    except ServiceError as exc:
+        if prompt:
+            raise MCPError(INVALID_PARAMS, f"{exc.code}: {exc.message}") from exc
+        raise ResourceError(f"{exc.code}: {exc.message}") from exc
+
+
+def _add_resources(server: MCPServer, product: str) -> None:
+    """The knowledge bases, each one's pages, and each page (what the read tool reads, without a budget argument:
+    a page over 25,000 tokens says how to read on). Reading them is not a tool call: no key quota is spent."""
+
+    @server.resource(f"{RESOURCE_SCHEME}://knowledge-bases", name="knowledge-bases",
+                     title=f"{product} knowledge bases", mime_type="application/json",
+                     description="Every knowledge base: its active index, page count, SDK versions and pages URI.")
+    async def knowledge_bases() -> str:
+        return json.dumps(await _read(mcp_knowledge_bases), ensure_ascii=False)
+
+    @server.resource(f"{RESOURCE_SCHEME}://{{kb}}/pages", name="pages", title="Pages of a knowledge base",
+                     mime_type="application/json",
+                     description="The pages of a knowledge base (of an SDK: its latest version), each with its URI.")
+    async def pages(kb: str) -> str:
+        return json.dumps(await _read(mcp_pages, kb=kb), ensure_ascii=False)
+
+    @server.resource(f"{RESOURCE_SCHEME}://{{kb}}/pages/{{+path}}", name="page", title="A documentation page",
+                     mime_type="text/markdown",
+                     description="A page's Markdown, as the read tool gives it; `path#anchor` for one section.")
+    async def page(kb: str, path: str) -> str:
+        return await _read(mcp_page, kb=kb, path=path)
+
+
+def _add_prompts(server: MCPServer, product: str) -> None:
+    @server.prompt(name="explain_api", title=f"Explain a {product} API",
+                   description="Explain a class or member from the documentation, with its signature and citations.")
+    async def explain_api(name: str, kb: str | None = None) -> str:
+        return await _read(prompt_explain_api, prompt=True, name=name, kb=kb)
+
+    @server.prompt(name="migrate_versions", title=f"Migrate between {product} versions",
+                   description="Migrate code from one SDK version to another: the prompt holds what the API "
+                               "reference says changed between them.")
+    async def migrate_versions(from_version: str, to_version: str, kb: str | None = None) -> str:
+        return await _read(prompt_migrate, prompt=True, older=from_version, newer=to_version, kb=kb)

@@ -8,19 +8,22 @@ from contextlib import nullcontext
 from dataclasses import replace
 
 from django.conf import settings
+from django.db.models import Count
 
 from apikeys.services import KeyCall
 from infra.errors import ServiceError
-from rag.models import Channel, RequestRecord
+from rag.models import Channel, Document, KnowledgeBase, RequestRecord
 from rag.services import LIMITS
 from rag.services.questions import Caller, QuestionRequest, question_answer, question_refused, question_search
+from rag.engine.budget import MAX_RESPONSE_TOKENS
 from rag.services.budgets import (PAGED_CANDIDATES, Position, call_scope, checked_max_tokens, citations_within,
                                   evidence_within, page_within, start_of)
-from rag.services.sdk import sdk_versions_listed
+from rag.services.sdk import kb_serving, sdk_versions_diff, sdk_versions_listed, split_kb
 from rag.shapes import cited_chunks, hit_as_dict, sdk_version_as_dict
 
-__all__ = ["Caller", "counted_tool_names", "mcp_ask", "mcp_list_versions", "mcp_read", "mcp_refusal_record",
-           "mcp_search", "read_tool_name", "tool_names", "versions_tool_name"]
+__all__ = ["Caller", "counted_tool_names", "mcp_ask", "mcp_knowledge_bases", "mcp_list_versions", "mcp_page",
+           "mcp_pages", "mcp_read", "mcp_refusal_record", "mcp_search", "page_uri", "prompt_explain_api",
+           "prompt_migrate", "read_tool_name", "tool_names", "versions_tool_name"]
 
 
 def tool_names() -> tuple[str, str]:
@@ -188,6 +191,95 @@ def mcp_read(*, source, kb=None, sdk_version=None, max_tokens=None, cursor=None,
     """A page or one section (`page#anchor`, as a result's `link` gives it) within a budget, for the read tool."""
     with _settling(key_call):
         return page_within(kb=_slug(kb), source=source, sdk_version=sdk_version, max_tokens=max_tokens, cursor=cursor)
+
+
+# -- resources and prompts (MCP's other two primitives: read by the client, never counted as tool calls) -------
+
+RESOURCE_SCHEME = "docs"
+
+
+def page_uri(kb: str, path: str) -> str:
+    return f"{RESOURCE_SCHEME}://{kb}/pages/{path}"
+
+
+def mcp_knowledge_bases() -> dict:
+    """Every knowledge base a client may ask (an SDK's versions under it), with its active index and pages."""
+    bases = []
+    rows = (KnowledgeBase.objects.filter(sdk__isnull=True).select_related("active_version")
+            .annotate(pages=Count("documents")).order_by("slug"))
+    for row in rows:
+        versions = sdk_versions_listed(row.slug)
+        bases.append({"kb": row.slug, "name": row.name or row.slug, "language": row.language,
+                      "index_version": row.active_version.name if row.active_version else None,
+                      "index_built_at": row.active_version.built_at.isoformat()
+                      if row.active_version and row.active_version.built_at else None,
+                      "pages": row.pages, "pages_uri": f"{RESOURCE_SCHEME}://{row.slug}/pages",
+                      "sdk_versions": [v["version"] for v in versions["versions"]],
+                      "default_sdk_version": versions["default"]})
+    return {"knowledge_bases": bases}
+
+
+def mcp_pages(kb) -> dict:
+    """The pages of a knowledge base (of an SDK: its `latest`), each with its resource URI."""
+    served = kb_serving(_slug(kb), None)
+    rows = Document.objects.filter(kb__slug=served.kb).order_by("path").values("path", "title")
+    return {"kb": served.kb, "sdk_version": served.sdk_version or None,
+            "pages": [{"path": r["path"], "title": r["title"], "uri": page_uri(served.kb, r["path"])} for r in rows]}
+
+
+def mcp_page(kb, path) -> str:
+    """A page's Markdown as a resource: at most MAX_RESPONSE_TOKENS; a longer page says how to read on."""
+    served = kb_serving(_slug(kb), None)
+    data = page_within(kb=served.kb, source=path, max_tokens=MAX_RESPONSE_TOKENS)
+    if data["cursor"]:
+        return (data["text"] + f"\n\n(The first {data['tokens']} tokens of this page; {read_tool_name()} with source "
+                f"{path!r}, kb {served.kb!r} and cursor {data['cursor']!r} reads on.)")
+    return data["text"]
+
+
+def prompt_explain_api(name: str, kb=None) -> str:
+    """The "explain this API" prompt: how to look the name up with the tools and what to answer with."""
+    search, ask = tool_names()
+    slug = _slug(kb)
+    return (f"Explain the API `{name}` of {settings.RAG_PRODUCT_NAME} (knowledge base {slug}) from its official "
+            f"documentation only. First call {search} with the question \"{name}\" (kb {slug!r}); if the results "
+            f"are cut, call {read_tool_name()} with a result's `link`. Then explain: what it is and what it is for, "
+            f"its signature (parameters, their types and defaults, the return value), what it inherits, and a short "
+            f"example in the documentation's language. Cite each fact as [chunk_id] from the results, and say "
+            f"plainly when the documentation does not state something rather than guessing.")
+
+
+def prompt_migrate(older: str, newer: str, kb=None) -> str:
+    """The "migrate from version A to B" prompt, holding what the documentation says changed between them."""
+    slug = _slug(kb)
+    diff = sdk_versions_diff(slug, older, newer)
+    changes = diff.as_dict()
+    lines = [f"Help me migrate code from {settings.RAG_PRODUCT_NAME} {diff.older} to {diff.newer} (knowledge base "
+             f"{split_kb(slug)[0]}). The API reference of the two versions differs as follows:"]
+    for label, key in (("Classes added", "classes_added"), ("Classes removed", "classes_removed")):
+        if changes[key]:
+            lines.append(f"- {label}: {', '.join(changes[key])}")
+    lines += [f"- Class renamed: {old} -> {new}" for old, new in changes["classes_renamed"]]
+    for key, label in (("removed", "Removed"), ("renamed", "Renamed"), ("signature_changed", "Signature changed"),
+                       ("added", "Added")):
+        for item in changes.get(key) or []:
+            lines.append(f"- {label}: {_change_text(item)}")
+    if len(lines) == 1:
+        lines.append("- No class or member was added, removed, renamed or re-signed.")
+    search = tool_names()[0]
+    lines.append(f"For each removed, renamed or re-signed API my code uses, look up its replacement with {search} "
+                 f"(sdk_version {diff.newer!r}) and show the change to make, citing the chunk ids; do not invent "
+                 f"APIs the documentation of {diff.newer} does not have.")
+    return "\n".join(lines)
+
+
+def _change_text(item) -> str:
+    """A change as as_dict gives it: a qualified name, an (old, new) pair, or a signature change."""
+    if isinstance(item, dict):
+        return f"{item['member']}: {item['before']} -> {item['after']}"
+    if isinstance(item, (list, tuple)):
+        return " -> ".join(str(x) for x in item)
+    return str(item)
 
 
 def _provenance(outcome) -> dict:
