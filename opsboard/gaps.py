@@ -33,6 +33,7 @@ from infra.errors import ServiceError
 from opsboard import grouping
 from opsboard.models import GapGroup, GapQuestion
 from rag.models import Channel, KnowledgeBase, RequestRecord
+from rag.services.embeddings import embedding_model, question_vector
 
 log = logging.getLogger(__name__)
 
@@ -123,24 +124,15 @@ def _latest_records(ids: list[int]) -> dict[int, dict]:
     return out
 
 
-def _embedder():
-    from rag.pipeline import get_engine
-
-    return get_engine().queries
-
-
 def _vectors(questions: list[GapQuestion]) -> tuple[np.ndarray, int]:
     """Every question's kept vector, embedding those without one (most asked first, at most
     MAX_EMBEDDED_PER_RUN); returns the matrix (rows of zeros for the ones left for the next run) and how many
     were left."""
-    queries = _embedder()
-    model = queries.embedder.model_id
-    dimension = queries.embedder.dimension
+    model, dimension = embedding_model()
     missing = sorted((q for q in questions if q.model != model or not q.vector), key=lambda q: -q.times)
     left = max(0, len(missing) - MAX_EMBEDDED_PER_RUN)
     for question in missing[:MAX_EMBEDDED_PER_RUN]:
-        vector, _ = queries.embed_query(question.question)
-        question.vector, question.model = np.asarray(vector, dtype=np.float32).tobytes(), model
+        question.vector, question.model = question_vector(question.question).tobytes(), model
     matrix = np.zeros((len(questions), dimension), dtype=np.float32)
     for row, question in enumerate(questions):
         if question.model == model and question.vector:
@@ -158,27 +150,20 @@ def _golden_vectors(kbs: set[str]) -> tuple[list[GoldenItem], np.ndarray]:
                  .exclude(expected_classes=[]).select_related("golden_set"))
     if not items:
         return [], np.zeros((0, 0), dtype=np.float32)
-    queries = _embedder()
-    return items, np.stack([queries.embed_query(i.question)[0] for i in items]).astype(np.float32)
+    return items, np.stack([question_vector(i.question) for i in items])
 
 
 def _answered_later(asked: dict[tuple[str, str], Asked], since) -> set[tuple[str, str]]:
-    """Questions that a later request (same knowledge base, same wording) got answered without a thumbs-down."""
-    wordings = defaultdict(set)
-    for (kb, _), item in asked.items():
-        wordings[kb].update(item.wordings)
+    """Questions that a later request (same knowledge base, same wording up to question_key) got answered without
+    a thumbs-down: one grouped scan of the window's answered user requests."""
     later = set()
-    for kb, texts in wordings.items():
-        texts = list(texts)
-        for start in range(0, len(texts), 500):
-            rows = (RequestRecord.objects.filter(channel__in=list(GAP_CHANNELS), kb=kb, question__in=texts[start:start + 500],
-                                                 outcome=RequestRecord.Outcome.OK, feedback__isnull=True,
-                                                 created_at__gte=since)
-                    .values("question").annotate(last=Max("created_at")))
-            for row in rows:
-                at = (kb, grouping.question_key(row["question"])[:255])
-                if at in asked and row["last"] > asked[at].last:
-                    later.add(at)
+    rows = (RequestRecord.objects.filter(channel__in=list(GAP_CHANNELS), outcome=RequestRecord.Outcome.OK,
+                                         feedback__isnull=True, created_at__gte=since)
+            .values("kb", "question").annotate(last=Max("created_at")))
+    for row in rows.iterator(chunk_size=5_000):
+        at = (row["kb"], grouping.question_key(row["question"])[:255])
+        if at in asked and row["last"] > asked[at].last:
+            later.add(at)
     return later
 
 
@@ -199,6 +184,7 @@ def gaps_compute(*, now: datetime.datetime | None = None, threshold: float = gro
     asked = _asked(unanswered(since, now), settled)
     kept = {(q.kb, q.key): q for q in GapQuestion.objects.filter(
         Q(kb__in={kb for kb, _ in asked}) | Q(group__isnull=False)).select_related("group")}
+    before = {q.pk: _state(q) for q in kept.values()}
     records = _latest_records([a.latest_id for a in asked.values()])
     later = _answered_later(asked, since)
     rows: list[GapQuestion] = []
@@ -221,7 +207,7 @@ def gaps_compute(*, now: datetime.datetime | None = None, threshold: float = gro
     labels = _cluster([rows[i] for i in embedded], vectors[embedded], threshold)
     golden, golden_vectors = _golden_vectors({q.kb for q in rows})
     with transaction.atomic():
-        groups = _store(rows, embedded, labels, vectors, golden, golden_vectors, threshold, now, since)
+        groups = _store(rows, embedded, labels, vectors, golden, golden_vectors, threshold, now, since, before)
     rechecked, closed = gaps_recheck(now=now)
     return GapsRun(questions=len(rows), groups=groups, embedded_left=left, rechecked=rechecked, closed=closed)
 
@@ -241,7 +227,16 @@ def _cluster(questions: list[GapQuestion], vectors: np.ndarray, threshold: float
     return labels
 
 
-def _store(rows, embedded, labels, vectors, golden, golden_vectors, threshold, now, since) -> int:
+UPDATED_FIELDS = ("question", "times", "daily", "first_seen", "last_seen", "request_id", "channel", "reason", "classes",
+                  "pages", "vector", "model", "group")
+
+
+def _state(question: GapQuestion) -> tuple:
+    return tuple(bytes(question.vector or b"") if name == "vector" else
+                 question.group_id if name == "group" else getattr(question, name) for name in UPDATED_FIELDS)
+
+
+def _store(rows, embedded, labels, vectors, golden, golden_vectors, threshold, now, since, before) -> int:
     members: dict[int, list[int]] = defaultdict(list)
     for i, label in zip(embedded, labels):
         if label is not None:
@@ -274,9 +269,9 @@ def _store(rows, embedded, labels, vectors, golden, golden_vectors, threshold, n
         label = label_of.get(row_index)
         question.group = new_group_of.get(label) if label is not None else None
     GapQuestion.objects.bulk_create([q for q in rows if q.pk is None], batch_size=500)
-    GapQuestion.objects.bulk_update([q for q in rows if q.pk is not None],
-                                    ["question", "times", "daily", "first_seen", "last_seen", "request_id", "channel", "reason",
-                                     "classes", "pages", "vector", "model", "group"], batch_size=500)
+    # Only the questions that changed (asked again, regrouped, embedded): most stay as they were hour to hour.
+    GapQuestion.objects.bulk_update([q for q in rows if q.pk is not None and _state(q) != before.get(q.pk)],
+                                    list(UPDATED_FIELDS), batch_size=500)
     # Questions no longer unanswered in the window are forgotten (a closed group's keep its settling date);
     # open groups nobody asks any more go.
     GapQuestion.objects.filter(last_seen__lt=since, settled_at__isnull=True).delete()

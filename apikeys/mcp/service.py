@@ -15,9 +15,8 @@ from infra.errors import ServiceError
 from rag.models import Channel, Document, KnowledgeBase, RequestRecord
 from rag.services import LIMITS
 from rag.services.questions import Caller, QuestionRequest, question_answer, question_refused, question_search
-from rag.engine.budget import MAX_RESPONSE_TOKENS
-from rag.services.budgets import (PAGED_CANDIDATES, Position, call_scope, checked_max_tokens, citations_within,
-                                  evidence_within, page_within, start_of)
+from rag.services.budgets import (MAX_RESPONSE_TOKENS, PAGED_CANDIDATES, Position, call_scope, checked_max_tokens,
+                                  citations_within, evidence_within, page_within, start_of)
 from rag.services.sdk import kb_serving, sdk_versions_diff, sdk_versions_listed, split_kb
 from rag.shapes import cited_chunks, hit_as_dict, sdk_version_as_dict
 

@@ -119,7 +119,7 @@ def test_a_recompute_keeps_each_group_its_number_and_embeds_nothing_again(unansw
     def no_embedding(*args, **kwargs):
         raise AssertionError("a kept vector was embedded again")
 
-    monkeypatch.setattr(type(gaps._embedder()), "embed_query", no_embedding)
+    monkeypatch.setattr(gaps, "question_vector", no_embedding)
     gaps.gaps_compute()
 
     assert dict(GapQuestion.objects.values_list("key", "group_id")) == before
