@@ -10,7 +10,6 @@ from mcp import Client
 from apikeys.mcp.server import build_server
 from rag.models import RequestRecord
 from rag.pipeline import get_engine
-from rag.tests.conftest import make_built_kb
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -18,11 +17,8 @@ QUESTION = "WebGLRenderer shadowMap 怎么开启阴影？"
 
 
 @pytest.fixture
-def kb(corpus_copy, settings):
-    settings.RAG_DEFAULT_KB = "sdk"
-    built = make_built_kb(corpus_copy)
-    _ = built.active_version
-    return built
+def kb(sdk_default_kb):
+    return sdk_default_kb
 
 
 async def call(client, **arguments):

@@ -11,18 +11,14 @@ from mcp.shared.exceptions import MCPError
 
 from apikeys.mcp.server import build_server
 from rag.models import RequestRecord
-from rag.tests.conftest import make_built_kb
 from rag.tests.sdk_fixture import build_sdk
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def kb(corpus_copy, settings):
-    settings.RAG_DEFAULT_KB = "sdk"
-    built = make_built_kb(corpus_copy)
-    _ = built.active_version
-    return built
+def kb(sdk_default_kb):
+    return sdk_default_kb
 
 
 @pytest.fixture
