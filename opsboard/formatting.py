@@ -4,6 +4,9 @@ or a raw float."""
 
 from __future__ import annotations
 
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
 MISSING = "—"
 
 
@@ -34,3 +37,12 @@ def pct(value) -> str:
     """A rate (a fraction of 1) as a percentage with one decimal: 0.6819999999999999 -> "68.2 %"."""
     number = _number(value)
     return MISSING if number is None else f"{number * 100:.1f} %"
+
+
+def moment(value) -> str:
+    """An ISO 8601 time (as the JSON of the gaps gives it) in the site's time zone: "2026-12-05 20:57"."""
+    parsed = parse_datetime(value) if isinstance(value, str) else value
+    if parsed is None:
+        return MISSING
+    return timezone.localtime(parsed).strftime("%Y-%m-%d %H:%M") if timezone.is_aware(parsed) else \
+        parsed.strftime("%Y-%m-%d %H:%M")

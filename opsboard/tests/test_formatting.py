@@ -9,7 +9,7 @@ import re
 import pytest
 from django.core.management import call_command
 
-from opsboard.formatting import count, ms, pct
+from opsboard.formatting import count, moment, ms, pct
 from opsboard.tests.test_ops import NOW, day, fixture_day, ops_user, record  # noqa: F401  (fixtures)
 from rag.models import RequestRecord
 
@@ -22,6 +22,12 @@ def test_the_number_formats():
     assert [pct(0.6819999999999999), pct(0.1), pct(1), pct(None)] == ["68.2 %", "10.0 %", "100.0 %", "—"]
     assert [ms(2499.6), ms(40.0), ms(0.3), ms(0), ms(None), ms(123456.7)] == ["2,500", "40", "<1", "0", "—", "123,457"]
     assert [count(12345), count(0), count(None), count(1234567)] == ["12,345", "0", "—", "1,234,567"]
+
+
+def test_an_iso_time_is_shown_in_the_site_time_zone(settings):
+    settings.TIME_ZONE = "Asia/Shanghai"
+    assert moment("2026-12-05T12:57:30.123456+00:00") == "2026-12-05 20:57"
+    assert [moment(None), moment(""), moment("not a time")] == ["—", "—", "—"]
 
 
 def test_the_overview_shows_rates_latencies_and_tokens_formatted(client, fixture_day):
