@@ -24,11 +24,11 @@ def doc_of(hit, rank: int) -> dict:
 def budgeted_docs(outcome: SearchOutcome, packed) -> dict:
     """retrieval_docs within a token budget: each packed candidate with its contents as packed (cut at block and
     sentence boundaries), whether it is complete and the code blocks it left out; ranks go on across a cursor."""
-    ranked = {h.chunk.chunk_id: h for h in (outcome.candidates or outcome.result.hits)}
-    order = [h.chunk.chunk_id for h in (outcome.candidates or outcome.result.hits)]
+    ranked = {h.chunk.chunk_id: (rank, h) for rank, h in enumerate(outcome.candidates or outcome.result.hits, start=1)}
     docs = []
     for piece in packed.items:
-        doc = doc_of(ranked[piece.chunk_id], order.index(piece.chunk_id) + 1)
+        rank, hit = ranked[piece.chunk_id]
+        doc = doc_of(hit, rank)
         docs.append({**doc, "contents": piece.text, "complete": piece.complete,
                      "dropped_code_blocks": list(piece.dropped_code)})
     return {"retrieval_docs": docs, "num_docs": len(docs)}

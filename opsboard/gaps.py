@@ -197,8 +197,8 @@ def gaps_compute(*, now: datetime.datetime | None = None, threshold: float = gro
         question.question = item.wordings.most_common(1)[0][0]
         question.times, question.first_seen, question.last_seen = item.times, item.first, item.last
         question.request_id, question.channel = record["request_id"], record["channel"]
-        question.reason = GapGroup.Reason.MISSED if (
-            at in later and _reason_of(record) == GapGroup.Reason.NO_PAGE) else _reason_of(record)
+        reason = _reason_of(record)
+        question.reason = GapGroup.Reason.MISSED if at in later and reason == GapGroup.Reason.NO_PAGE else reason
         question.classes, question.pages = classes[:5], pages[:5]
         question.daily = dict(item.daily)
         rows.append(question)
@@ -254,16 +254,19 @@ def _store(rows, embedded, labels, vectors, golden, golden_vectors, threshold, n
         if group.pk:
             taken.add(group.pk)
         new_group_of[label] = group
-    centroid_rows = []
+    golden_matrix = grouping.normalized_rows(golden_vectors) if golden else None
     for label, group in new_group_of.items():
-        _describe(group, [rows[i] for i in members[label]], now)
+        questions = [rows[i] for i in members[label]]
+        _describe(group, questions, now)
+        if group.reason == GapGroup.Reason.NO_PAGE and golden_matrix is not None:
+            centroid = grouping.centroids_of(vectors[members[label]], [0] * len(questions))[0]
+            detail = _golden_match(centroid, {q.kb for q in questions}, golden, golden_matrix, threshold)
+            if detail:
+                group.reason, group.reason_detail = GapGroup.Reason.MISSED, detail
         if group.status == GapGroup.Status.CLOSED:  # asked again after it closed
             group.status, group.closed_at = GapGroup.Status.OPEN, None
             group.reason_detail = f"Reopened: asked again after it closed. {group.reason_detail}"[:300]
         group.save()
-        centroid_rows.append((group, grouping.centroids_of(vectors[members[label]], [0] * len(members[label]))[0]))
-    _golden_reasons(centroid_rows, {label: [rows[i] for i in members[label]] for label in members},
-                    list(new_group_of), golden, golden_vectors, threshold)
     label_of = dict(zip(embedded, labels))
     for row_index, question in enumerate(rows):
         label = label_of.get(row_index)
@@ -284,17 +287,14 @@ def _store(rows, embedded, labels, vectors, golden, golden_vectors, threshold, n
 
 def _describe(group: GapGroup, questions: list[GapQuestion], now) -> None:
     questions = sorted(questions, key=lambda q: (-q.times, q.question))
-    daily: Counter = Counter()
-    classes: Counter = Counter()
-    pages: Counter = Counter()
+    daily, classes, pages, reasons, kbs = Counter(), Counter(), Counter(), Counter(), Counter()
     for question in questions:
         daily.update(question.daily)
         classes.update({c: question.times for c in question.classes[:3]})
         pages.update({p: question.times for p in question.pages[:3]})
-    reasons = Counter()
-    for question in questions:
         reasons[question.reason] += question.times
-    group.kb = _times_by_kb(questions).most_common(1)[0][0]
+        kbs[question.kb] += question.times
+    group.kb = kbs.most_common(1)[0][0]
     group.title = questions[0].question
     group.questions, group.size, group.daily = len(questions), sum(daily.values()), dict(sorted(daily.items()))
     group.first_seen = min(q.first_seen for q in questions)
@@ -310,34 +310,20 @@ def _describe(group: GapGroup, questions: list[GapQuestion], now) -> None:
     group.computed_at = now
 
 
-def _times_by_kb(questions: list[GapQuestion]) -> Counter:
-    counts = Counter()
-    for question in questions:
-        counts[question.kb] += question.times
-    return counts
-
-
-def _golden_reasons(centroids, members, labels, golden, golden_vectors, threshold) -> None:
-    """A group with no other reason whose centroid lies within the threshold of an answerable golden question
-    over its knowledge base: a page answers it (the set names the class), so retrieval missed it."""
-    if not golden:
-        return
-    matrix = grouping.normalized_rows(golden_vectors)
-    for (group, centroid), label in zip(centroids, labels):
-        if group.reason != GapGroup.Reason.NO_PAGE:
-            continue
-        kbs = {q.kb for q in members[label]}
-        similarity = matrix @ centroid
-        for index in np.argsort(-similarity):
-            item = golden[int(index)]
-            if 1 - similarity[index] > threshold:
-                break
-            if item.kb in kbs:
-                group.reason = GapGroup.Reason.MISSED
-                group.reason_detail = (f"Golden set {item.golden_set.name} ({item.item_id}) expects "
-                                       f"{', '.join(item.expected_classes)} for a question like it.")[:300]
-                group.save(update_fields=["reason", "reason_detail"])
-                break
+def _golden_match(centroid: np.ndarray, kbs: set[str], golden: list[GoldenItem], matrix: np.ndarray,
+                  threshold: float) -> str:
+    """The nearest answerable golden question over one of these knowledge bases within the threshold of a group's
+    centroid, as a reason's detail: a page answers such a question (the set names the class), so retrieval
+    missed it. "" when there is none."""
+    similarity = matrix @ centroid
+    for index in np.argsort(-similarity):
+        if 1 - similarity[index] > threshold:
+            break
+        item = golden[int(index)]
+        if item.kb in kbs:
+            return (f"Golden set {item.golden_set.name} ({item.item_id}) expects "
+                    f"{', '.join(item.expected_classes)} for a question like it.")[:300]
+    return ""
 
 
 # -- actions from the gaps page ---------------------------------------------------------------------------

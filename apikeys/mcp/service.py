@@ -228,17 +228,16 @@ def mcp_pages(kb) -> dict:
 
 def mcp_page(kb, path) -> str:
     """A page's Markdown as a resource: at most MAX_RESPONSE_TOKENS; a longer page says how to read on."""
-    served = kb_serving(_slug(kb), None)
-    data = page_within(kb=served.kb, source=path, max_tokens=MAX_RESPONSE_TOKENS)
+    data = page_within(kb=_slug(kb), source=path, max_tokens=MAX_RESPONSE_TOKENS)
     if data["cursor"]:
         return (data["text"] + f"\n\n(The first {data['tokens']} tokens of this page; {read_tool_name()} with source "
-                f"{path!r}, kb {served.kb!r} and cursor {data['cursor']!r} reads on.)")
+                f"{path!r}, kb {data['kb']!r} and cursor {data['cursor']!r} reads on.)")
     return data["text"]
 
 
 def prompt_explain_api(name: str, kb=None) -> str:
     """The "explain this API" prompt: how to look the name up with the tools and what to answer with."""
-    search, ask = tool_names()
+    search = tool_names()[0]
     slug = _slug(kb)
     return (f"Explain the API `{name}` of {settings.RAG_PRODUCT_NAME} (knowledge base {slug}) from its official "
             f"documentation only. First call {search} with the question \"{name}\" (kb {slug!r}); if the results "

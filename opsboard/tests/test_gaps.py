@@ -111,6 +111,24 @@ def test_the_job_groups_unanswered_questions_across_languages_with_reasons(unans
 
 
 @pytest.mark.django_db
+def test_a_page_that_exists_shows_as_missed_by_a_later_answer_or_a_golden_question(unanswered_log):
+    from evaluation.models import GoldenItem, GoldenSet
+
+    web_search(question=PDF, kb="sdk")  # asked again later and answered, with no thumbs-down
+    golden = GoldenSet.objects.create(name="sdk-retrieval", kind="retrieval")
+    GoldenItem.objects.create(golden_set=golden, item_id="r-007", question="How to deploy on Kubernetes with Helm?",
+                              answerable=True, expected_classes=["WebGLRenderer"], kb="sdk")
+
+    gaps.gaps_compute()
+
+    pdf = GapGroup.objects.get(members__key=grouping.question_key(PDF))
+    helm = GapGroup.objects.get(members__key=grouping.question_key(HELM))
+    assert pdf.reason == helm.reason == GapGroup.Reason.MISSED
+    assert pdf.reason_detail == "A later request with the same question was answered."
+    assert helm.reason_detail.startswith("Golden set sdk-retrieval (r-007) expects WebGLRenderer")
+
+
+@pytest.mark.django_db
 def test_a_recompute_keeps_each_group_its_number_and_embeds_nothing_again(unanswered_log, monkeypatch):
     gaps.gaps_compute()
     before = dict(GapQuestion.objects.values_list("key", "group_id"))

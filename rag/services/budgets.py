@@ -9,8 +9,8 @@ from rag.engine.budget import (DEFAULT_MAX_TOKENS, MAX_RESPONSE_TOKENS, MIN_BUDG
                                cursor_for, position_of)
 from rag.pipeline import get_engine
 
-__all__ = ["DEFAULT_MAX_TOKENS", "MAX_RESPONSE_TOKENS", "MAX_TOKENS_LIMIT", "MIN_BUDGET", "PAGED_CANDIDATES", "Position", "call_scope",
-           "checked_max_tokens", "citations_within", "evidence_within", "page_within", "start_of"]
+__all__ = ["DEFAULT_MAX_TOKENS", "MAX_RESPONSE_TOKENS", "MAX_TOKENS_LIMIT", "MIN_BUDGET", "PAGED_CANDIDATES", "Position",
+           "call_scope", "checked_max_tokens", "citations_within", "evidence_within", "page_within", "start_of"]
 
 MAX_TOKENS_LIMIT = 100_000  # above MAX_RESPONSE_TOKENS only when asked for
 PAGED_CANDIDATES = 50  # ranked sections a cursor can page through

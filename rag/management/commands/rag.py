@@ -34,7 +34,8 @@ from rag.services.sdk import (kb_serving, sdk_changes, sdk_version_ensure, sdk_v
                               split_kb)
 from rag.services.budgets import (PAGED_CANDIDATES, call_scope, checked_max_tokens, citations_within,
                                   evidence_within, page_within, start_of)
-from rag.shapes import cited_chunks, citation_as_dict, context_text, hit_as_dict, sdk_version_as_dict, search_as_dict, sources_of
+from rag.shapes import (cited_chunks, citation_as_dict, context_text, hit_as_dict, sdk_version_as_dict, search_as_dict,
+                        sources_of)
 
 ARGUMENTS_ERROR = "invalid_arguments"
 NOT_MIGRATED = ServiceError("database_not_migrated", "The database has no tables yet: run `python manage.py "
