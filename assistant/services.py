@@ -16,7 +16,7 @@ from assistant.models import Feedback, TokenPool
 from infra.errors import ServiceError
 from infra.limits import Client, countable, rate_limit, rate_limited, socket_closed, socket_open, token_share_reserve
 from rag.models import Channel, RequestRecord
-from rag.services.questions import (
+from rag.services import (
     AnswerOutcome,
     FinalEvent,
     QuestionRequest,

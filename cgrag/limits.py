@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from infra.capacity import capacity_limiter
 from infra.limits import Client, TokenShare, WindowHit, not_counted, rate_hit, token_share_reserve, window_give_back
-from rag.services.questions import Usage  # the engine's type, as the question service hands it over
+from rag.services import Usage  # the engine's type, as the question service hands it over
 
 KEY_TOOL = "cgrag"  # the key's usage rows of this face
 

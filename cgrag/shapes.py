@@ -10,7 +10,7 @@ from __future__ import annotations
 from django.conf import settings
 
 from rag.retrieval_cache import retrieval_cache
-from rag.services.questions import ChoiceOutcome, SearchOutcome, candidate_of
+from rag.services import ChoiceOutcome, SearchOutcome, candidate_of
 
 
 def doc_of(hit, rank: int) -> dict:

@@ -25,10 +25,10 @@ from cgrag.vision import vision_health
 from infra.capacity import capacity_stats
 from rag.models import Channel
 from rag.retrieval_cache import retrieval_cache
+from rag.services import (Caller, Candidate, ChoiceEvent, GenerationEvent, QuestionRequest, RetrievalEvent,
+                          TokenEvent, question_choose, question_choose_stream, question_search)
 from rag.services.budgets import DEFAULT_MAX_TOKENS, call_scope, evidence_within, start_of
 from rag.services.profiles import embedding_summary, generation_provider, host_of, profile_of, rerank_summary
-from rag.services.questions import (Caller, Candidate, ChoiceEvent, GenerationEvent, QuestionRequest, RetrievalEvent,
-                                    TokenEvent, question_choose, question_choose_stream, question_search)
 
 HTTP_PREFIX = "/cg-rag"
 MCP_PATH = "/cg-rag/mcp"

@@ -25,10 +25,9 @@ from cgrag.limits import Spender
 from cgrag.shapes import doc_of
 from infra.errors import ServiceError
 from infra.limits import not_counted
-from rag.services import LIMITS
+from rag.services import LIMITS, AnswerReset, Progress, TokenEvent
 from rag.services.profiles import host_of
-from rag.services.questions import TokenEvent
-from rag.services.vision import (AnswerReset, Outcome, Progress, VisionAgentic, VisionAnswer, VisionAsk,
+from rag.services.vision import (Outcome, VisionAgentic, VisionAnswer, VisionAsk,
                                  invalid_image, vision_agentic, vision_agentic_stream, vision_answer,
                                  vision_answer_stream, vision_ask, vision_configured, vision_observe)
 

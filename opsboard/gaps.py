@@ -368,7 +368,7 @@ def _answers_now(question: GapQuestion) -> tuple[bool, str]:
     """Ask the question again (unrecorded, no model): found when evidence comes back answered with more than low
     confidence, and, for an answer that got a thumbs-down, when that evidence holds a chunk the judged answer did
     not (an added or changed section): the same chunks again are the answer its reader already rejected."""
-    from rag.services.questions import QuestionRequest, question_answer
+    from rag.services import QuestionRequest, question_answer
 
     record = RequestRecord.objects.filter(request_id=question.request_id).values(
         "arguments", "adopted", "feedback").first() or {}

@@ -17,7 +17,7 @@ from opsboard import selectors
 from opsboard.formatting import count, ms, pct
 from opsboard.models import AlertEvent, DailyReport, HourStat
 from rag.models import Channel, IndexVersion, KnowledgeBase, RequestRecord
-from rag.services.questions import MODES, QuestionRequest, question_answer, question_search
+from rag.services import LIMITS, QuestionRequest, question_answer, question_search
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ def recorded_options(record: RequestRecord) -> dict:
     top_k = arguments.get("top_k")
     if isinstance(top_k, int) and not isinstance(top_k, bool):
         options["top_k"] = top_k
-    if arguments.get("mode") in MODES:
+    if arguments.get("mode") in LIMITS.modes:
         options["mode"] = arguments["mode"]
     for name in ("rerank", "rewrite"):
         if isinstance(arguments.get(name), bool):

@@ -6,7 +6,7 @@ from django.views.decorators.csrf import ensure_csrf_cookie
 from infra.errors import ServiceError
 from infra.limits import Client, rate_limited
 from rag.models import Channel, KnowledgeBase
-from rag.services.questions import QuestionRequest, question_search
+from rag.services import QuestionRequest, question_search
 from rag.services.serving import readiness
 from rag.shapes import search_as_dict
 

@@ -13,7 +13,7 @@ from apikeys.services import KeyCall, api_key_authenticate, api_key_call
 from infra.clients import request_address
 from infra.errors import ServiceError
 from rag.models import Channel, RequestRecord
-from rag.services.questions import Caller, QuestionRequest, question_refused
+from rag.services import Caller, QuestionRequest, question_refused
 
 
 def key_of(request) -> ApiKey:

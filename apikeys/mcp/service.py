@@ -13,8 +13,7 @@ from django.db.models import Count
 from apikeys.services import KeyCall
 from infra.errors import ServiceError
 from rag.models import Channel, Document, KnowledgeBase, RequestRecord
-from rag.services import LIMITS
-from rag.services.questions import Caller, QuestionRequest, question_answer, question_refused, question_search
+from rag.services import LIMITS, Caller, QuestionRequest, question_answer, question_refused, question_search
 from rag.services.budgets import (MAX_RESPONSE_TOKENS, PAGED_CANDIDATES, Position, call_scope, checked_max_tokens,
                                   citations_within, evidence_within, page_within, start_of)
 from rag.services.sdk import kb_serving, sdk_versions_diff, sdk_versions_listed, split_kb

@@ -1,4 +1,4 @@
-"""Score one golden question: ask it through the one question path (`rag.services.questions`) as eval
+"""Score one golden question: ask it through the one question path (`rag.services`) as eval
 traffic on the run's version, apply the rules, ask the judge (generation), attribute a failure, and return
 the fields of its `EvalResult`."""
 
@@ -12,7 +12,7 @@ from evaluation.models import GoldenItem, JudgeVerdict
 from rag.metrics import RetrievedChunk, score_question
 from rag.models import Channel
 from rag.services.generation import chat_client
-from rag.services.questions import QuestionRequest, question_answer, question_search
+from rag.services import QuestionRequest, question_answer, question_search
 
 
 def golden_item_score(item: GoldenItem, *, kind: str, version: str, judge: Judge | None = None,

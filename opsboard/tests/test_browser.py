@@ -18,7 +18,7 @@ from assistant.tests.test_browser import browser  # noqa: F401  (the fixture: De
 from infra.errors import ServiceError
 from opsboard.services import daily_report_build
 from rag.models import Channel, RequestRecord
-from rag.services.questions import Caller, QuestionRequest, question_answer, question_refused, question_search
+from rag.services import Caller, QuestionRequest, question_answer, question_refused, question_search
 from rag.tests.conftest import make_built_kb
 from rag.tests.live import daphne
 

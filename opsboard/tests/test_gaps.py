@@ -80,7 +80,7 @@ def unanswered_log(corpus_copy):
         _ask_and_thumb_down(question)
     with pytest.raises(ServiceError):
         web_search(question="Raycaster 在 9.9 版里怎么用？", kb="sdk", sdk_version="9.9")
-    from rag.services.questions import QuestionRequest, question_search
+    from rag.services import QuestionRequest, question_search
     from rag.models import Channel
 
     question_search(QuestionRequest(question=HELM, kb="sdk", channel=Channel.EVAL))

@@ -419,7 +419,7 @@ def test_freshness_lists_each_sdk_version_with_its_staleness_traffic_and_feedbac
 
 def test_a_replay_asks_the_sdk_version_the_request_read(tmp_path):
     from opsboard.services import replay_request
-    from rag.services.questions import QuestionRequest, question_search
+    from rag.services import QuestionRequest, question_search
     from rag.tests.sdk_fixture import build_sdk
 
     rows = build_sdk(tmp_path)

@@ -252,3 +252,10 @@ class Token:
     """A piece of an answer as it is written."""
 
     text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Reset:
+    """The model's stream broke after text was written and is asked again from the start: drop the text so far."""
+
+    reason: str

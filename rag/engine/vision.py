@@ -7,7 +7,7 @@ of an OpenAI-compatible multimodal chat model.
 - `parse_observation(reply, labels)` reads observe's `{"labels": [...], "description": "..."}`;
   `parse_step(reply)` reads an agentic step, `{"search": "<keywords>"}` or `{"answer": "..."}`;
   `cited(text, count)` keeps the `[cite^n]` markers that name one of `count` references and drops the others.
-- `VisionModel` wraps `ChatClient`: `complete()` whole, or `stream()` yielding `Delta`s, one `Reset` when the
+- `VisionModel` wraps `ChatClient`: `complete()` whole, or `stream()` yielding `Token`s, one `Reset` when the
   upstream stream broke and is retried once (the reader discards what it showed), then `Done`.
   `AnswerField` pulls the `answer` string out of a JSON reply as it streams, so an agentic answer streams too.
 """
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from .breaker import CircuitBreaker
 from .llm import THINK_RE, ChatClient, Completion, GenerationError, reply_text
-from .types import Usage
+from .types import Reset, Token, Usage
 
 # Labels of what a documentation screenshot shows; settings may replace them (RAG_VISION_LABELS).
 DEFAULT_LABELS = ("error_message", "stack_trace", "code", "ui_screenshot", "console_log", "diagram", "other")
@@ -265,18 +265,6 @@ class AnswerField:
 
 
 @dataclass(frozen=True, slots=True)
-class Delta:
-    text: str
-
-
-@dataclass(frozen=True, slots=True)
-class Reset:
-    """The upstream stream broke after text was shown; it is asked again from the start."""
-
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
 class Done:
     text: str
     reasoning: str
@@ -319,7 +307,7 @@ class VisionModel:
             return completion
 
     def stream(self, messages: list[dict], *, extra: dict | None = None,
-               cancelled: Callable[[], bool] = lambda: False) -> Iterator[Delta | Reset | Done]:
+               cancelled: Callable[[], bool] = lambda: False) -> Iterator[Token | Reset | Done]:
         """`_stream` behind the breaker: a stream that ends is a success, one that breaks for good a failure, and
         one its reader left reports nothing (a left trial counts as abandoned)."""
         with self._attempt() as attempt:
@@ -340,8 +328,8 @@ class VisionModel:
         return attempt
 
     def _stream(self, messages: list[dict], *, extra: dict | None = None,
-                cancelled: Callable[[], bool] = lambda: False) -> Iterator[Delta | Reset | Done]:
-        """Yield `Delta`s as the model writes, `Reset` before a retry of a stream that broke after some text,
+                cancelled: Callable[[], bool] = lambda: False) -> Iterator[Token | Reset | Done]:
+        """Yield `Token`s as the model writes, `Reset` before a retry of a stream that broke after some text,
         then `Done`; stop (closing the upstream response) as soon as `cancelled()` is true. A stream that
         breaks again raises GenerationError."""
         broken = (GenerationError, OSError, _urllib3_error())
@@ -356,7 +344,7 @@ class VisionModel:
                     if cancelled():
                         return
                     parts.append(text)
-                    yield Delta(text)
+                    yield Token(text)
             except broken as exc:
                 kind = exc.kind if isinstance(exc, GenerationError) else "connection"
                 if kind not in BROKEN_KINDS or attempt >= self.retries or cancelled():

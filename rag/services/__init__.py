@@ -12,10 +12,12 @@ import importlib
 _CONTRACT = {
     "rag.services.questions": (
         "LIMITS", "Limits", "Caller", "QuestionRequest", "QuestionCall", "SearchOutcome", "AnswerOutcome",
-        "ChoiceOutcome", "RetrievalEvent", "TokenEvent", "FinalEvent", "GenerationEvent", "ChoiceEvent",
-        "question_search", "question_answer", "question_choose", "question_choose_stream", "question_call",
-        "question_refused"),
+        "ChoiceOutcome", "RetrievalEvent", "TokenEvent", "FinalEvent", "GenerationEvent", "ChoiceEvent", "Progress",
+        "AnswerReset", "question_search", "question_answer", "question_choose", "question_choose_stream",
+        "question_call", "question_refused", "candidate_of"),
     "rag.services.retrieval": ("RetrievalRequest", "RetrievalOutcome", "question_retrieve"),
+    "rag.engine.types": ("Usage",),  # what a model call cost, as outcomes carry it
+    "rag.engine.constrained": ("Candidate",),  # what constrained generation chooses among
     "rag.models": ("Channel",),
     "infra.errors": ("ServiceError",),
 }

@@ -12,8 +12,8 @@
 Each ask is one request record (channel cgrag) through `question_call`; the searches of an agentic ask are
 part of it and not recorded apart. The model's failures become 502 `vision_upstream_error` (HTTP error,
 timeout, connection) or `vision_response_invalid` (a reply that cannot be used). Streams yield
-`Progress`, `TokenEvent` (the question service's), `AnswerReset` (the upstream stream broke after text was shown and is asked again
-once) and last the outcome; they stop, closing the upstream stream, when `cancelled()` turns true.
+`Progress`, `TokenEvent`, `AnswerReset` (the upstream stream broke after text was shown and is asked again once;
+all three the question service's stream events) and last the outcome; they stop, closing the upstream stream, when `cancelled()` turns true.
 """
 
 from __future__ import annotations
@@ -29,16 +29,16 @@ from infra.capacity import CapacityGate
 from infra.errors import ServiceError
 from rag.engine.constrained import provider_of, thinking_fields
 from rag.engine.llm import GenerationError
-from rag.engine.types import Answer, Citation, Hit, Usage
-from rag.engine.vision import (CIRCUIT_OPEN, DEFAULT_LABELS, FINAL_PROMPT, AnswerField, Delta, Done, Image, ImageError,
-                               Reset, VisionModel, agentic_messages, answer_messages, cited, decode_image,
+from rag.engine.types import Answer, Citation, Hit, Reset, Token, Usage
+from rag.engine.vision import (CIRCUIT_OPEN, DEFAULT_LABELS, FINAL_PROMPT, AnswerField, Done, Image, ImageError,
+                               VisionModel, agentic_messages, answer_messages, cited, decode_image,
                                observe_messages, parse_observation, parse_step, references_message, split_thinking,
                                usage_sum)
 from rag.models import Channel
 from rag.pipeline import vision_model
 from rag.services.knowledge import kb_get
-from rag.services.questions import (Caller, QuestionRequest, TokenEvent, candidate_of, question_call, question_refused,
-                                    question_search, version_of)
+from rag.services.questions import (AnswerReset, Caller, Progress, QuestionRequest, TokenEvent, candidate_of,
+                                    question_call, question_refused, question_search, version_of)
 
 JSON_FORMAT = {"response_format": {"type": "json_object"}}
 
@@ -172,18 +172,6 @@ class VisionAgentic:
 
 
 @dataclass(frozen=True, slots=True)
-class Progress:
-    stage: str  # "generation" or "retrieval"
-    label: str
-    status: str  # "running" or "done"
-
-
-@dataclass(frozen=True, slots=True)
-class AnswerReset:
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
 class Outcome:
     outcome: VisionAnswer | VisionAgentic
 
@@ -241,7 +229,7 @@ def vision_answer_stream(ask: VisionAsk, cancelled: Callable[[], bool] = lambda:
         done = None
         with _upstream():
             for item in vision_model().stream(answer_messages(ask.query, ask.images), extra=_extra(ask), cancelled=cancelled):
-                if isinstance(item, Delta):
+                if isinstance(item, Token):
                     shown = True
                     yield TokenEvent(item.text)
                 elif isinstance(item, Reset):
@@ -314,7 +302,7 @@ def _step(model: VisionModel, messages: list[dict], extra: dict, *, stream: bool
     answer = AnswerField()
     with _upstream():
         for item in model.stream(messages, extra=extra, cancelled=cancelled):
-            if isinstance(item, Delta):
+            if isinstance(item, Token):
                 piece = answer.feed(item.text)
                 if piece:
                     reply.shown = True

@@ -54,6 +54,14 @@ def test_an_app_reaches_the_engine_only_through_rag(app):
     assert not leaks, "apps call rag.services, never the engine: " + ", ".join(sorted(leaks))
 
 
+@pytest.mark.parametrize("app", APPS)
+def test_an_app_asks_through_the_faces_contract(app):
+    leaks = {f"{path.relative_to(ROOT)}: {name}" for path in modules(app) for name in imports_of(path)
+             if name == "rag.services.questions" or name.startswith("rag.services.questions.")}
+
+    assert not leaks, "apps import the question path from rag.services (its contract): " + ", ".join(sorted(leaks))
+
+
 def test_rag_imports_no_app():
     leaks = {f"{path.relative_to(ROOT)}: {name}" for path in modules("rag") for name in imports_of(path)
              if name.split(".")[0] in APPS}

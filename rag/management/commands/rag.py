@@ -28,7 +28,7 @@ from rag.services.knowledge import (
     source_as_dict,
     vectors_export,
 )
-from rag.services.questions import MAX_TOP_K, QuestionRequest, question_answer, question_search
+from rag.services import LIMITS, QuestionRequest, question_answer, question_search
 from rag.services.release import index_build_gated
 from rag.services.sdk import (kb_serving, sdk_changes, sdk_version_ensure, sdk_versions_diff, sdk_versions_listed,
                               split_kb)
@@ -97,7 +97,7 @@ class Command(BaseCommand):
             if name in ("search", "context", "ask"):
                 p.add_argument("question", help="the question" + ("; '-' reads one question per line from stdin"
                                                                    if name == "search" else ""))
-                p.add_argument("--top-k", type=int, default=None, help=f"results for a single-class question (1-{MAX_TOP_K}, default 5)")
+                p.add_argument("--top-k", type=int, default=None, help=f"results for a single-class question (1-{LIMITS.top_k}, default 5)")
                 if name != "ask":
                     p.add_argument("--mode", default="hybrid", choices=["hybrid", "vector", "bm25"])
                 p.add_argument("--exclude", action="append", default=[], help="a chunk id to leave out (repeatable)")
