@@ -23,6 +23,7 @@ from rag.engine.rerank import RERANK_CANDIDATES, ApiReranker, LlmReranker, Reran
 from rag.engine.rewrite import QueryRewriter
 from rag.engine.routes import DEFAULT_ROUTES, Route, load_routes
 from rag.engine.search import Searcher
+from rag.engine.steps import RerankStep, RewriteStep
 from rag.engine.text import set_cache_dir
 from rag.engine.vision import VisionModel
 from rag.engine.weighted import WeightedSearcher
@@ -50,13 +51,19 @@ class Engine:
     chooser: ConstrainedChooser | None = None  # constrained generation (CG_RAG) with a generation model; None: off
     enhancer: QueryRewriter | None = None  # search keywords asked of the model on request (seed 002's enhanced search)
     routes: tuple[Route, ...] = field(default_factory=load_routes)  # what every search runs (RAG_ENGINE["ROUTES"])
+    searchers: dict = field(default_factory=dict)  # (kb, version, aliases) -> Searcher of an open version
     weighted: WeightedSearcher = field(init=False)  # the retrieval APIs' ranking, over the same vectors and rerankers
     active: dict = field(default_factory=dict)  # kb -> the version questions here were last served from as active
     failures: dict = field(default_factory=dict)  # (kb, version) -> (monotonic time, message) of a failed open
 
+    rewrite: RewriteStep | None = field(init=False)  # the search's steps, built once from the settings above
+    rerank: RerankStep | None = field(init=False)
+
     def __post_init__(self) -> None:
         self.weighted = WeightedSearcher(queries=self.queries, rerankers=self.rerankers,
                                          rerank_candidates=self.rerank_candidates)
+        self.rewrite = RewriteStep(self.rewriter) if self.rewriter is not None else None
+        self.rerank = RerankStep(self.reranker, self.rerank_candidates) if self.reranker is not None else None
 
     @property
     def token_counter(self) -> TokenCounter:
@@ -89,12 +96,27 @@ class Engine:
         return reader
 
     def planner(self, kb: str, version: str, aliases: dict[str, str]) -> Planner:
-        return _planner(self.reader(kb, version), aliases)
+        return self.searcher(kb, version, aliases).planner
 
     def searcher(self, kb: str, version: str, aliases: dict[str, str]) -> Searcher:
+        """The searcher of an open version and alias table, built on first use and kept while its reader is open:
+        a question builds no engine object (the planner's catalog maps are built once per version and aliases)."""
         reader = self.reader(kb, version)
-        return Searcher(reader=reader, queries=self.queries, planner=_planner(reader, aliases), routes=self.routes,
-                        reranker=self.reranker, rewriter=self.rewriter, rerank_candidates=self.rerank_candidates)
+        key = (kb, version, tuple(sorted(aliases.items())))
+        searcher = self.searchers.get(key)
+        if searcher is None or searcher.reader is not reader:
+            with _lock:
+                searcher = self.searchers.get(key)
+                if searcher is None or searcher.reader is not reader:
+                    searcher = Searcher(reader=reader, queries=self.queries,
+                                        planner=Planner(reader.catalog, aliases=aliases), routes=self.routes,
+                                        rewrite=self.rewrite, rerank=self.rerank)
+                    # Kept: the searchers of the other versions still open. A version's alias table is its base's
+                    # current one, so a changed table replaces the searcher built with the old.
+                    self.searchers = {k: s for k, s in self.searchers.items()
+                                      if self.readers.get(k[:2]) is s.reader and k[:2] != key[:2]}
+                    self.searchers[key] = searcher
+        return searcher
 
     def forget(self, kb: str, version: str) -> None:
         """Drop a version's reader, and any failure to open it, so the next use opens it afresh."""
@@ -111,21 +133,6 @@ class Engine:
             self.active[kb] = version
             if previous is not None:
                 self.forget(kb, previous)
-
-
-_planners: dict = {}
-
-
-def _planner(reader: VersionReader, aliases: dict[str, str]) -> Planner:
-    """Planners are cached per version and alias table, so a search does not rebuild the catalog maps."""
-    key = (reader.kb, reader.version, tuple(sorted(aliases.items())))
-    planner = _planners.get(key)
-    if planner is None or planner.catalog is not reader.catalog:
-        planner = Planner(reader.catalog, aliases=aliases)
-        if len(_planners) > 16:
-            _planners.clear()
-        _planners[key] = planner
-    return planner
 
 
 def make_store() -> IndexStore:
@@ -378,5 +385,4 @@ def reset_engine() -> None:
     global _engine
     with _lock:
         _engine = None
-        _planners.clear()
         _vision_models.clear()

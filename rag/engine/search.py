@@ -4,7 +4,8 @@ RRF, an optional rerank and adoption.
 `Searcher` is the engine's public entry for questions:
 `Searcher(reader=..., queries=..., planner=..., routes=...).run(question, SearchOptions(...)) -> SearchResult`.
 The routes run by stage: the dense ones, then the chitchat gate (which may stop the search), the keyword ones,
-and the rewrite ones once the model gave keywords.
+and the rewrite ones once the model gave keywords. The gate, the rewrite and the rerank are steps
+(rag.engine.steps): components that run on the same `Query` as the routes.
 """
 
 from __future__ import annotations
@@ -21,14 +22,12 @@ from .complete import Completer
 from .compose import read_intent
 from .embed import QueryVectorCache
 from .fuse import rrf_fuse
-from .gate import EXEMPLAR_VECTORS, ChitchatGate, ExemplarVectors, weighted_coverage
 from .index import VersionReader, top_positions
 from .plan import Planner
-from .probes import language_gap, offtopic_similarity, same_language
-from .rerank import RERANK_CANDIDATES, Reranker, RerankResult
-from .rewrite import QueryRewriter
+from .rerank import RerankResult
 from .routes import MAX_BM25_ROUTES, Query, Route, elapsed_ms, load_routes
-from .types import SEARCH_MODES, Hit, Plan, Ranking, SearchOptions, SearchResult
+from .steps import GateStep, RerankStep, RewriteStep, names_something
+from .types import SEARCH_MODES, Hit, Ranking, SearchOptions, SearchResult
 
 __all__ = ["MAX_BM25_ROUTES", "MODES", "Searcher"]
 
@@ -47,12 +46,10 @@ class Searcher:
     routes: tuple[Route, ...] = field(default_factory=load_routes)  # rag.engine.routes; run in ROUTE_STAGES order
     adopter: Adopter = field(default_factory=Adopter)
     completer: Completer | None = field(default_factory=Completer)  # sections the answer needs, by structure
-    gate: ChitchatGate = field(default_factory=ChitchatGate)
-    exemplars: ExemplarVectors = field(default_factory=lambda: EXEMPLAR_VECTORS, repr=False)  # once per model
+    gate: GateStep = field(default_factory=GateStep)  # stops a search for small talk
+    rewrite: RewriteStep | None = None  # the model's keywords searched beside the question; None: off
+    rerank: RerankStep | None = None  # reorders the best fused candidates before adoption (E11); None: off
     depth: int = 100  # candidates taken from each route before fusion; class sums need depth
-    reranker: Reranker | None = None  # reorders the best fused candidates before adoption (E11); None: off
-    rewriter: QueryRewriter | None = None  # the model's keywords searched beside the question; None: off
-    rerank_candidates: int = RERANK_CANDIDATES  # fused chunks a reranker reorders
 
     def run(self, question: str, options: SearchOptions = DEFAULT_OPTIONS) -> SearchResult:
         """Find the chunks to answer a question from, and record how each stage found them and how long it took.
@@ -77,26 +74,26 @@ class Searcher:
         query = Query(plan=plan, reader=reader, queries=self.queries, tokens=tokens, depth=self.depth)
 
         # A BM25-only search still embeds a question naming nothing: the chitchat gate needs its nearest chunk.
-        if mode != "bm25" or not _names_something(plan):
+        if mode != "bm25" or not names_something(plan):
             query.vector()
             timings.update(embed=query.embed_ms, embed_cached=query.embed_cached)
             with _timed(timings, "dense"):
                 query.nearest()
         rankings = self._stage(query, "dense", mode, timings)
 
-        gate = self._gate(query)
+        with _timed(timings, self.gate.stage):
+            gate = self.gate.run(query)
         if gate is not None and gate.chitchat:
             timings["total"] = elapsed_ms(started)
             return SearchResult(plan=replace(plan, kind="chitchat", reason="not a question about this documentation"),
                                 hits=(), rankings=rankings, timings_ms=timings, mode=mode, version=reader.version)
 
         rankings += self._stage(query, "bm25", mode, timings)
-        rewriter, rewrite_error = _chosen(self.rewriter, options.rewrite, "rewrite")
+        rewrite, rewrite_error = _chosen(self.rewrite, options.rewrite, "rewrite")
         rewritten = None
-        if rewriter is not None:
-            with _timed(timings, "rewrite"):
-                rewritten = rewriter.run(plan.corrected_question)
-            query.keywords = rewritten.keywords
+        if rewrite is not None:
+            with _timed(timings, rewrite.stage):
+                rewritten = rewrite.run(query)
             if query.keywords:
                 rankings += self._stage(query, "rewrite_search", mode, timings)
 
@@ -106,11 +103,11 @@ class Searcher:
                                for n, (i, s) in enumerate(fused[:max(self.depth, options.fused_depth or 0)], start=1))
         excluded = {reader.index_of(c) for c in options.exclude} - {None}
 
-        reranker, rerank_error = _chosen(self.reranker, options.rerank, "rerank")
+        rerank, rerank_error = _chosen(self.rerank, options.rerank, "rerank")
         reranked = None
-        if reranker is not None and fused:
-            with _timed(timings, "rerank"):
-                fused, reranked = self._rerank(reranker, plan.corrected_question, fused, excluded)
+        if rerank is not None and fused:
+            with _timed(timings, rerank.stage):
+                fused, reranked = rerank.run(query, fused, excluded)
 
         dense_scores = query.dense_scores() if query.embedded else None
         with _timed(timings, "adopt"):
@@ -131,8 +128,7 @@ class Searcher:
             timings_ms=timings,
             mode=mode,
             version=reader.version,
-            weak_evidence=dense_scores is not None and self.gate.is_weak(
-                plan, query.best_similarity, gate.coverage, gate.offtopic, weighted_coverage=gate.weighted),
+            weak_evidence=dense_scores is not None and self.gate.weak(query, gate),
             rerank=reranked.backend if reranked is not None else "none",
             rerank_error=reranked.error if reranked is not None else rerank_error,
             reranked=reranked.hits if reranked is not None and reranked.backend != "none" else (),
@@ -154,39 +150,6 @@ class Searcher:
                     if stage == "bm25" and len(rankings) >= MAX_BM25_ROUTES:
                         return tuple(rankings)
         return tuple(rankings)
-
-    def _gate(self, query: Query) -> _GateReading | None:
-        """Read the chitchat gate's signals; None when the vector side did not run (nothing to compare)."""
-        plan, reader = query.plan, self.reader
-        if not query.embedded:
-            return None
-        offtopic = offtopic_similarity(reader.manifest, plan.question)
-        coverage = reader.vocabulary_coverage(query.tokens)
-        exemplar = weighted = None
-        if not _names_something(plan):
-            weighted = weighted_coverage(query.tokens, reader.document_frequency, reader.bm25_count)
-            # A question in another language than the corpus's (Chinese over an English reference) sits farther
-            # from every chunk than from any sentence of its own language: its nearness to an exemplar counts
-            # less by the gap the probes measured between the two languages at build time.
-            exemplar = (self.exemplars.similarity(self.queries.embedder, query.vector())
-                        - language_gap(reader.manifest, plan.question))
-        chitchat = self.gate.is_chitchat(plan, query.best_similarity, coverage, offtopic,
-                                         exemplar_similarity=exemplar, weighted_coverage=weighted,
-                                         same_language=same_language(reader.manifest, plan.question))
-        return _GateReading(chitchat=chitchat, coverage=coverage, offtopic=offtopic, weighted=weighted)
-
-    def _rerank(self, reranker: Reranker, question: str, fused: list[tuple[int, float]],
-                excluded: set[int]) -> tuple[list[tuple[int, float]], RerankResult]:
-        """Rerank the best `rerank_candidates` fused chunks not excluded; the rest follow in fused order."""
-        reader = self.reader
-        candidates = [(i, s) for i, s in fused if i not in excluded][: self.rerank_candidates]
-        result = reranker.run(question, [Hit(chunk=reader.chunks[i], score=s, source="rrf", rank=n)
-                                         for n, (i, s) in enumerate(candidates, start=1)])
-        if result.backend == "none":
-            return fused, result
-        order = [(reader.index_of(h.chunk.chunk_id), h.score) for h in result.hits]
-        placed = {i for i, _ in order}
-        return order + [pair for pair in fused if pair[0] not in placed], result
 
     def _adopt(self, query: Query, fused: list[tuple[int, float]], excluded: set[int],
                dense_scores: np.ndarray | None, top_k: int | None) -> tuple[Hit, ...]:
@@ -217,40 +180,24 @@ class Searcher:
                      for n, i in enumerate(adopted, start=1))
 
 
-@dataclass(frozen=True, slots=True)
-class _GateReading:
-    """What the chitchat gate read of one question; the weak-evidence reading reuses it."""
-
-    chitchat: bool
-    coverage: float
-    offtopic: float
-    weighted: float | None
-
-
 def _reads(mode: str, side: str) -> bool:
     """A hybrid search reads both sides; `vector` only the dense side, `bm25` only the keyword side."""
     return mode == "hybrid" or (mode == "vector") == (side == "dense")
 
 
-def _chosen(configured, wanted, stage: str):
-    """Return the component a call runs, and why none runs when one was asked for but none is configured."""
+def _chosen(configured, wanted: bool | None, stage: str):
+    """Return the step a call runs, and why none runs when one was asked for but none is configured."""
     if wanted is False:
         return None, ""
-    if wanted is None or wanted is True:
-        if configured is None and wanted is True:
-            return None, f"{stage}_not_configured: no {stage} component is configured"
-        return configured, ""
-    return wanted, ""
+    if configured is None and wanted is True:
+        return None, f"{stage}_not_configured: no {stage} component is configured"
+    return configured, ""
 
 
 def _marked_reranked(hits: tuple[Hit, ...], reranked: RerankResult) -> tuple[Hit, ...]:
     """Say which adopted hits carry a rerank score (source "rerank") rather than a fused one."""
     ids = {h.chunk.chunk_id for h in reranked.hits if h.source == "rerank"}
     return tuple(replace(h, source="rerank") if h.chunk.chunk_id in ids else h for h in hits)
-
-
-def _names_something(plan: Plan) -> bool:
-    return bool(plan.classes or plan.hinted_classes or plan.members)
 
 
 @contextmanager

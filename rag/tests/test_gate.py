@@ -15,6 +15,7 @@ from rag.engine.index import VersionReader
 from rag.engine.ingest import read_folder
 from rag.engine.plan import Planner
 from rag.engine.search import Searcher
+from rag.engine.steps import GateStep
 from rag.engine.types import Plan
 
 # A documentation set about a documentation assistant: it describes greetings, fixed replies and the model,
@@ -127,8 +128,9 @@ def fixture_reader(built_index) -> VersionReader:
     return VersionReader.open(built_index.store, built_index.kb, built_index.version)
 
 
-def make_searcher(reader, embedder, **kwargs) -> Searcher:
-    return Searcher(reader=reader, queries=QueryVectorCache(embedder), planner=Planner(reader.catalog), **kwargs)
+def make_searcher(reader, embedder, gate=None, **kwargs) -> Searcher:
+    return Searcher(reader=reader, queries=QueryVectorCache(embedder), planner=Planner(reader.catalog),
+                    gate=GateStep(gate) if gate is not None else GateStep(), **kwargs)
 
 
 def make_plan(**names) -> Plan:

@@ -10,7 +10,7 @@ from infra.errors import ServiceError
 from rag.models import Channel, ClassAlias, RequestRecord
 from rag.services.knowledge import index_build
 from rag.services.questions import (
-    MAX_QUESTION_CHARS,
+    LIMITS,
     Caller,
     FinalEvent,
     QuestionRequest,
@@ -69,6 +69,31 @@ def test_a_knowledge_base_alias_overrides_a_global_one(built_kb):
     assert outcome.result.plan.hinted_classes == ("PerspectiveCamera",)
 
 
+def test_questions_share_one_searcher_per_version_until_its_aliases_change(built_kb, monkeypatch):
+    import rag.pipeline
+
+    built = []
+
+    class CountedSearcher(rag.pipeline.Searcher):
+        def __init__(self, **fields):
+            super().__init__(**fields)
+            built.append(self)
+
+    monkeypatch.setattr(rag.pipeline, "Searcher", CountedSearcher)
+    rag.pipeline.get_engine().searchers.clear()
+
+    question_search(ask(question="PerspectiveCamera 的 fov"))
+    question_search(ask(question="Fog 的颜色"))
+    assert len(built) == 1  # the second question built no engine object
+
+    ClassAlias.objects.create(kb=built_kb, alias="相机", class_name="PerspectiveCamera")
+    outcome = question_search(ask(question="相机怎么用"))
+    question_search(ask(question="相机的 fov"))
+
+    assert len(built) == 2 and outcome.result.plan.hinted_classes == ("PerspectiveCamera",)
+    assert list(rag.pipeline.get_engine().searchers.values()) == [built[1]]  # the old alias table's is gone
+
+
 def test_the_next_question_reads_a_version_activated_after_the_last_one(built_kb):
     before = question_search(ask())
     newer = index_build(built_kb)  # activates it, as `rag reindex` does while a batch runs
@@ -123,7 +148,7 @@ def test_the_next_question_after_the_knowledge_base_is_deleted_is_refused(built_
         ({"question": "   "}, "invalid_question"),
         ({"question": None}, "invalid_question"),
         ({"question": 42}, "invalid_question"),
-        ({"question": "雾" * (MAX_QUESTION_CHARS + 1)}, "question_too_long"),
+        ({"question": "雾" * (LIMITS.question_chars + 1)}, "question_too_long"),
         ({"mode": "fuzzy"}, "invalid_mode"),
         ({"top_k": 0}, "invalid_top_k"),
         ({"top_k": 51}, "invalid_top_k"),
@@ -145,12 +170,12 @@ def test_bad_values_have_stable_codes_and_leave_one_failure_record(built_kb, cha
     record = RequestRecord.objects.get()
     assert raised.value.code == code
     assert (record.error_code, record.outcome, record.kind, record.channel) == (code, Outcome.FAILED, "search", "cli")
-    assert len(record.question) <= MAX_QUESTION_CHARS and len(record.kb) <= 64
+    assert len(record.question) <= LIMITS.question_chars and len(record.kb) <= 64
     assert record.adopted == [] and record.index_version == ""
 
 
 @pytest.mark.parametrize(
-    "changes", [{"question": ""}, {"question": "雾" * (MAX_QUESTION_CHARS + 1)}, {"mode": "fuzzy"}, {"top_k": 0}]
+    "changes", [{"question": ""}, {"question": "雾" * (LIMITS.question_chars + 1)}, {"mode": "fuzzy"}, {"top_k": 0}]
 )
 def test_values_are_checked_before_the_database_is_read(django_assert_num_queries, changes):
     with django_assert_num_queries(0), pytest.raises(ServiceError):

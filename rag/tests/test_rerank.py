@@ -15,6 +15,7 @@ from rag.engine.index import VersionReader
 from rag.engine.llm import ChatClient
 from rag.engine.plan import Planner
 from rag.engine.rerank import (
+    RERANK_CANDIDATES,
     ApiReranker,
     LlmReranker,
     NoReranker,
@@ -24,6 +25,7 @@ from rag.engine.rerank import (
     reordered,
 )
 from rag.engine.search import Searcher
+from rag.engine.steps import RerankStep
 from rag.engine.types import Chunk, Hit, SearchOptions
 from rag.models import Channel, RequestRecord
 from rag.pipeline import get_engine
@@ -312,8 +314,10 @@ def reader(built_index) -> VersionReader:
     return VersionReader.open(built_index.store, built_index.kb, built_index.version)
 
 
-def make_searcher(reader, embedder, **kwargs) -> Searcher:
-    return Searcher(reader=reader, queries=QueryVectorCache(embedder), planner=Planner(reader.catalog), **kwargs)
+def make_searcher(reader, embedder, reranker=None, rerank_candidates=RERANK_CANDIDATES, **kwargs) -> Searcher:
+    rerank = RerankStep(reranker, rerank_candidates) if reranker is not None else None
+    return Searcher(reader=reader, queries=QueryVectorCache(embedder), planner=Planner(reader.catalog), rerank=rerank,
+                    **kwargs)
 
 
 @dataclasses.dataclass

@@ -12,6 +12,7 @@ from rag.engine.llm import ChatClient
 from rag.engine.plan import Planner
 from rag.engine.rewrite import MAX_KEYWORD_CHARS, QueryRewriter, parse_keywords
 from rag.engine.search import Searcher
+from rag.engine.steps import RewriteStep
 from rag.engine.types import RouteKind, SearchOptions
 from rag.pipeline import get_engine
 
@@ -106,8 +107,10 @@ def reader(built_index) -> VersionReader:
     return VersionReader.open(built_index.store, built_index.kb, built_index.version)
 
 
-def make_searcher(reader, embedder, **kwargs) -> Searcher:
-    return Searcher(reader=reader, queries=QueryVectorCache(embedder), planner=Planner(reader.catalog), **kwargs)
+def make_searcher(reader, embedder, rewriter=None, **kwargs) -> Searcher:
+    rewrite = RewriteStep(rewriter) if rewriter is not None else None
+    return Searcher(reader=reader, queries=QueryVectorCache(embedder), planner=Planner(reader.catalog),
+                    rewrite=rewrite, **kwargs)
 
 
 QUESTION = "远处的东西怎么慢慢变得看不清"

@@ -14,7 +14,7 @@ from rag.engine.plan import Planner
 from rag.engine.search import MAX_BM25_ROUTES, Searcher
 from rag.engine.types import Chunk, Hit, Ranking, RouteKind, SearchOptions
 
-STAGES = {"plan", "bm25", "embed", "embed_cached", "dense", "fuse", "adopt", "total"}
+STAGES = {"plan", "bm25", "embed", "embed_cached", "dense", "gate", "fuse", "adopt", "total"}
 
 
 @pytest.fixture(scope="module")
