@@ -63,7 +63,7 @@ CHALLENGE = response_header("WWW-Authenticate", "A Bearer challenge with `error`
                             "(RFC 6750); it offers no OAuth.", 401)
 
 
-class UsageApi(APIView):
+class KeyUsageReadApi(APIView):
     authentication_classes: list = []
     permission_classes: list = []
 

@@ -180,7 +180,7 @@ def csrf_check(request) -> None:
                            "csrftoken cookie with the same token in the X-CSRFToken header.", status=403)
 
 
-class FeedbackApi(APIView):
+class FeedbackCreateApi(APIView):
     """A thumbs-down from the chat page (CSRF-protected: the page's form token is required)."""
 
     authentication_classes: list = []

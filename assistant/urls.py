@@ -6,5 +6,5 @@ urlpatterns = [
     path("", views.chat, name="chat"),
     path("api/search", api.QuestionSearchApi.as_view(), name="api-search"),
     path("api/chat", api.QuestionAnswerApi.as_view(), name="api-chat"),
-    path("api/feedback", api.FeedbackApi.as_view(), name="api-feedback"),
+    path("api/feedback", api.FeedbackCreateApi.as_view(), name="api-feedback"),
 ]

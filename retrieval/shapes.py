@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
+from rag.services import RetrievalOutcome
 from rag.services.filters import document_url
-from rag.services.retrieval import DocumentAggregate, RetrievalOutcome, RetrievedChunk
+from rag.services.retrieval import DocumentAggregate, RetrievedChunk
 
 
 LINK_SCHEMES = ("http", "https")

@@ -19,8 +19,9 @@ from apikeys.api import is_bearer
 from apikeys.services import api_key_admit_call
 from infra.errors import ServiceError
 from rag.models import Channel, KnowledgeBase
+from rag.services import RetrievalRequest, question_retrieve
 from rag.services.filters import condition_of, filter_of
-from rag.services.retrieval import RetrievalRequest, knowledge_bases_of, question_retrieve, retrieval_app_check
+from rag.services.retrieval import knowledge_bases_of, retrieval_app_check
 from retrieval import schema as openapi
 from retrieval.keys import caller_of, key_call, key_of
 from retrieval.shapes import dify_record, ragflow_data, seed_data
@@ -128,7 +129,7 @@ def seed_failure(exc: Exception) -> Response:
     return Response(body, status=error.status, headers=error.headers)
 
 
-class RetrievalApi(APIView):
+class ChunkRetrieveApi(APIView):
     """Seed 002's open retrieval call: ranked chunks of an app's knowledge bases, no generation."""
 
     authentication_classes: list = []

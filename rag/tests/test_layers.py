@@ -54,10 +54,23 @@ def test_an_app_reaches_the_engine_only_through_rag(app):
     assert not leaks, "apps call rag.services, never the engine: " + ", ".join(sorted(leaks))
 
 
+def contract_names_imported_around(path: Path) -> set[str]:
+    """Names of the faces' contract (rag.services.__all__) imported from a rag.services module, not the contract."""
+    import rag.services
+
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("rag.services."):
+            found.update(f"{node.module}.{a.name}" for a in node.names if a.name in rag.services.__all__)
+    return found
+
+
 @pytest.mark.parametrize("app", APPS)
 def test_an_app_asks_through_the_faces_contract(app):
     leaks = {f"{path.relative_to(ROOT)}: {name}" for path in modules(app) for name in imports_of(path)
              if name == "rag.services.questions" or name.startswith("rag.services.questions.")}
+    leaks |= {f"{path.relative_to(ROOT)}: {name}" for path in modules(app)
+              for name in contract_names_imported_around(path)}
 
     assert not leaks, "apps import the question path from rag.services (its contract): " + ", ".join(sorted(leaks))
 
@@ -99,3 +112,11 @@ def test_the_checks_see_a_leak_when_there_is_one(tmp_path):
     assert imports_of(leaky) == {"rag.engine.search", "rag.engine.index"}
     assert [w.split(" ")[1] for w in rag_model_writes(leaky, root=tmp_path)] == ["IndexVersion….update()",
                                                                                  "RequestRecord….create()"]
+
+
+def test_the_contract_check_sees_a_question_name_imported_around_it(tmp_path):
+    face = tmp_path / "face.py"
+    face.write_text("from rag.services import QuestionRequest\nfrom rag.services.retrieval import question_retrieve\n"
+                    "from rag.services.knowledge import kb_get\n")
+
+    assert contract_names_imported_around(face) == {"rag.services.retrieval.question_retrieve"}
