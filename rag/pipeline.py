@@ -12,7 +12,7 @@ from django.conf import settings
 
 from rag.engine.embed import LocalE5Embedder, OpenAIEmbedder, QueryVectorCache
 from rag.engine.breaker import CircuitBreaker
-from rag.engine.budget import CharacterTokenCounter, ModelTokenCounter, TokenCounter
+from rag.engine.budget import BudgetPacker, CharacterTokenCounter, ModelTokenCounter, TokenCounter
 from rag.engine.constrained import ConstrainedChooser, provider_of
 from rag.engine.generate import ExtractiveGenerator, Generator, LlmGenerator
 from rag.engine.llm import ChatClient
@@ -58,17 +58,19 @@ class Engine:
 
     rewrite: RewriteStep | None = field(init=False)  # the search's steps, built once from the settings above
     rerank: RerankStep | None = field(init=False)
+    token_counter: TokenCounter = field(init=False)
+    packer: BudgetPacker = field(init=False)
 
     def __post_init__(self) -> None:
         self.weighted = WeightedSearcher(queries=self.queries, rerankers=self.rerankers,
                                          rerank_candidates=self.rerank_candidates)
         self.rewrite = RewriteStep(self.rewriter) if self.rewriter is not None else None
         self.rerank = RerankStep(self.reranker, self.rerank_candidates) if self.reranker is not None else None
+        # How the agent-facing faces count tokens: the bundled model's tokenizer when it is the embedder.
+        self.token_counter = (ModelTokenCounter(self.embedder) if hasattr(self.embedder, "token_count")
+                              else CharacterTokenCounter())
+        self.packer = BudgetPacker(self.token_counter)  # what an agent's token budget keeps (rag.engine.budget)
 
-    @property
-    def token_counter(self) -> TokenCounter:
-        """How the agent-facing faces count tokens: the bundled model's tokenizer when it is the embedder."""
-        return ModelTokenCounter(self.embedder) if hasattr(self.embedder, "token_count") else CharacterTokenCounter()
 
     def reader(self, kb: str, version: str) -> VersionReader:
         """The open reader of a version, opened on first use; raise IndexError_ when it does not open (missing,

@@ -5,7 +5,7 @@ rag.engine.budget, and a cursor that continues from where a response stopped."""
 from __future__ import annotations
 
 from infra.errors import ServiceError
-from rag.engine.budget import (DEFAULT_MAX_TOKENS, MAX_RESPONSE_TOKENS, MIN_BUDGET, BudgetPacker, Budgeted, Position,
+from rag.engine.budget import (DEFAULT_MAX_TOKENS, MAX_RESPONSE_TOKENS, MIN_BUDGET, Budgeted, Position,
                                cursor_for, position_of)
 from rag.pipeline import get_engine
 
@@ -54,7 +54,7 @@ def page_within(*, kb: str, source: str, sdk_version=None, max_tokens=None, curs
     scope = f"read\n{served.kb}\n{source}"
     start = start_of(cursor, scope)
     text = read_source(kb=served.kb, source=source)
-    packed = BudgetPacker(get_engine().token_counter).run([(str(source), text)], budget, start)
+    packed = get_engine().packer.run([(str(source), text)], budget, start)
     piece = packed.items[0] if packed.items else None
     return {"kb": served.kb, "sdk_version": served.sdk_version or None, "source": source,
             "text": piece.text if piece else "", "complete": bool(piece and piece.complete),
@@ -67,11 +67,12 @@ def citations_within(answer_text: str, citations: list[dict], *, max_tokens: int
     """An answer's cited sections (`text` of each citation) packed into what `max_tokens` leaves after the answer
     itself, in citation order; each says whether it is `complete` and which code blocks it left out. Returns them
     and the tokens the answer and its citations hold."""
-    counter = get_engine().token_counter
+    engine = get_engine()
+    counter = engine.token_counter
     answer_tokens = counter.count(answer_text)
     room = max(max_tokens - answer_tokens, 0)
     ranked = [(str(n), citation["text"]) for n, citation in enumerate(citations)]
-    packed = BudgetPacker(counter).run(ranked, room) if room >= MIN_BUDGET // 4 else None
+    packed = engine.packer.run(ranked, room) if room >= MIN_BUDGET // 4 else None
     pieces = {int(piece.chunk_id): piece for piece in packed.items} if packed is not None else {}
     shaped = []
     for n, citation in enumerate(citations):
@@ -92,7 +93,7 @@ def evidence_within(outcome, *, max_tokens: int, start: Position, scope: str, pe
         ranked_window = ranked[:start.item + per_response]
     else:
         ranked_window = ranked
-    packed = BudgetPacker(get_engine().token_counter).run(ranked_window, max_tokens, start)
+    packed = get_engine().packer.run(ranked_window, max_tokens, start)
     following = packed.next
     if following is None and len(ranked_window) < len(ranked):
         following = Position(len(ranked_window), 0)

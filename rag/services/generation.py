@@ -7,9 +7,10 @@ from django.conf import settings
 
 from rag.engine.generate import build_messages
 from rag.engine.llm import ChatClient, GenerationError
-from rag.engine.plan import Planner
 from rag.engine.types import Hit
+from rag.models import KnowledgeBase
 from rag.pipeline import get_engine
+from rag.services.knowledge import aliases_for
 
 __all__ = ["ChatClient", "GenerationError", "breaker_state", "chat_client", "generation_configured",
            "prompt_rebuild"]
@@ -43,4 +44,7 @@ def prompt_rebuild(*, kb: str, version: str, chunk_ids: list[str], question: str
         return None
     hits = [Hit(chunk=reader.chunks[i], score=0.0, source="rrf")
             for i in (reader.index_of(c) for c in chunk_ids) if i is not None]
-    return build_messages(question, hits, Planner(reader.catalog).run(question))
+    knowledge_base = KnowledgeBase.objects.filter(slug=kb).first()
+    aliases = aliases_for(knowledge_base) if knowledge_base is not None else {}
+    # The planner questions of this version use (its catalog maps are built once per version and alias table).
+    return build_messages(question, hits, get_engine().planner(kb, version, aliases).run(question))
