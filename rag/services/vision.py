@@ -231,11 +231,11 @@ def vision_answer_stream(ask: VisionAsk, cancelled: Callable[[], bool] = lambda:
             for item in vision_model().stream(answer_messages(ask.query, ask.images), extra=_extra(ask), cancelled=cancelled):
                 if isinstance(item, Token):
                     shown = True
-                    yield TokenEvent(item.text)
+                    yield item  # the engine's Token is the face's TokenEvent
                 elif isinstance(item, Reset):
                     if shown:
                         shown = False
-                        yield AnswerReset(item.reason)
+                        yield item
                 else:
                     done = item
         if done is None:  # the reader went away: the call records it as cancelled

@@ -109,7 +109,7 @@ def _answer_events(request: QuestionRequest, cancelled: Callable[[], bool]) -> I
                             if cancelled():
                                 call.fail(CANCELLED)
                                 return
-                            yield TokenEvent(event.text)
+                            yield event  # the engine's Token is the face's TokenEvent
                         else:
                             answer = event
                 finally:

@@ -2,13 +2,20 @@
 (`question_answer(stream=True)`), constrained generation (`question_choose_stream`) and CG_RAG's vision routes
 (`rag.services.vision`). One set of event types, so a face's stream writer matches on these and nothing else.
 
-The engine's own stream pieces (`rag.engine.types.Token`, `Reset`) are the model's; these are the face's.
+A piece of the answer's text (`TokenEvent`) and a restarted model stream (`AnswerReset`: the reader discards the
+text so far) are the engine's own stream pieces (`rag.engine.types.Token`, `Reset`), passed through as they are.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from rag.engine.types import Reset as AnswerReset
+from rag.engine.types import Token as TokenEvent
+
+__all__ = ["AnswerEvent", "AnswerReset", "ChoiceEvent", "ChoiceStreamEvent", "FinalEvent", "GenerationEvent",
+           "Progress", "RetrievalEvent", "TokenEvent"]
 
 if TYPE_CHECKING:
     from .ask import AnswerOutcome
@@ -35,20 +42,6 @@ class Progress:
     stage: str  # "generation" or "retrieval"
     label: str
     status: str  # "running" or "done"
-
-
-@dataclass(frozen=True, slots=True)
-class TokenEvent:
-    """A piece of the answer's text, in order."""
-
-    text: str
-
-
-@dataclass(frozen=True, slots=True)
-class AnswerReset:
-    """The model's stream broke after text was shown and is asked again: the reader discards the text so far."""
-
-    reason: str
 
 
 @dataclass(frozen=True, slots=True)
