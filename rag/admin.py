@@ -2,7 +2,7 @@ from django import forms
 from django.contrib import admin, messages
 
 from infra.errors import ServiceError
-from rag.models import (ClassAlias, Document, DocumentLabel, IndexVersion, KnowledgeBase, Label, LabelValue,
+from rag.models import (ClassAlias, Document, DocumentLabel, EverydayWord, IndexVersion, KnowledgeBase, Label, LabelValue,
                         RequestRecord, RetrievalApp)
 
 
@@ -204,6 +204,36 @@ class ClassAliasAdmin(admin.ModelAdmin):
     list_display = ("alias", "class_name", "kb", "created_at")
     list_filter = ("kb",)
     search_fields = ("alias", "class_name")
+
+
+class EverydayWordForm(forms.ModelForm):
+    class Meta:
+        model = EverydayWord
+        fields = ("phrase", "terms", "source", "kb")
+
+    def clean(self):
+        """A phrase of at least 2 visible characters, not already in the table for the same base (ignoring case and
+        spacing, which is how questions are matched), with terms and the page they come from."""
+        cleaned = super().clean()
+        phrase = " ".join((cleaned.get("phrase") or "").split())
+        if len(phrase) < 2:
+            raise forms.ValidationError("The phrase needs at least 2 characters.", code="invalid_phrase")
+        if not " ".join((cleaned.get("terms") or "").split()):
+            raise forms.ValidationError("Give the docs' terms for the phrase.", code="invalid_terms")
+        same = EverydayWord.objects.filter(kb=cleaned.get("kb")).exclude(pk=self.instance.pk)
+        if any(" ".join(p.casefold().split()) == phrase.casefold() for p in same.values_list("phrase", flat=True)):
+            raise forms.ValidationError(f"{phrase!r} is already in the table for this knowledge base.",
+                                        code="phrase_exists")
+        cleaned["phrase"], cleaned["terms"] = phrase, " ".join(cleaned["terms"].split())
+        return cleaned
+
+
+@admin.register(EverydayWord)
+class EverydayWordAdmin(admin.ModelAdmin):
+    form = EverydayWordForm
+    list_display = ("phrase", "terms", "source", "kb", "created_at")
+    list_filter = ("kb",)
+    search_fields = ("phrase", "terms", "source")
 
 
 @admin.register(RequestRecord)

@@ -230,6 +230,29 @@ class ClassAlias(models.Model):
         return f"{self.alias} -> {self.class_name}"
 
 
+class EverydayWord(models.Model):
+    """Everyday words users write for what the docs name otherwise, e.g. 发糊 -> setPixelRatio devicePixelRatio: a
+    question with the phrase is planned and searched with the terms too. `source` is the docs page the terms
+    come from (its path or URL), so every entry traces to the docs. Blank kb applies to every base."""
+
+    kb = models.ForeignKey(KnowledgeBase, null=True, blank=True, on_delete=models.CASCADE,
+                           related_name="everyday_words")
+    phrase = models.CharField(max_length=100, help_text="As users write it; matched ignoring case and spacing "
+                              "(Latin phrases as whole words).")
+    terms = models.CharField(max_length=300, help_text="The docs' own words for it: member or class names, "
+                             "words of the page, separated by spaces.")
+    source = models.CharField(max_length=500, help_text="The docs page these terms come from: its path in the "
+                              "knowledge base or its URL.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["phrase"]
+        constraints = [models.UniqueConstraint(fields=["kb", "phrase"], name="everyday_word_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.phrase} -> {self.terms}"
+
+
 class RequestRecord(models.Model):
     """One search or answer, whatever the channel (see `Channel`): what was asked, how it
     was planned, which chunks were found and adopted, what was answered, and what it cost."""

@@ -97,24 +97,24 @@ class Engine:
                         self.readers.pop(next(iter(self.readers)))
         return reader
 
-    def planner(self, kb: str, version: str, aliases: dict[str, str]) -> Planner:
-        return self.searcher(kb, version, aliases).planner
-
-    def searcher(self, kb: str, version: str, aliases: dict[str, str]) -> Searcher:
-        """The searcher of an open version and alias table, built on first use and kept while its reader is open:
-        a question builds no engine object (the planner's catalog maps are built once per version and aliases)."""
+    def searcher(self, kb: str, version: str, aliases: dict[str, str], words: dict[str, str] | None = None) -> Searcher:
+        """The searcher of an open version with an alias and an everyday-words table, built on first use and kept
+        while its reader is open: a question builds no engine object (the planner's catalog maps are built once
+        per version and tables)."""
         reader = self.reader(kb, version)
-        key = (kb, version, tuple(sorted(aliases.items())))
+        words = words or {}
+        key = (kb, version, tuple(sorted(aliases.items())), tuple(sorted(words.items())))
         searcher = self.searchers.get(key)
         if searcher is None or searcher.reader is not reader:
             with _lock:
                 searcher = self.searchers.get(key)
                 if searcher is None or searcher.reader is not reader:
                     searcher = Searcher(reader=reader, queries=self.queries,
-                                        planner=Planner(reader.catalog, aliases=aliases), routes=self.routes,
+                                        planner=Planner(reader.catalog, aliases=aliases, words=words),
+                                        routes=self.routes,
                                         rewrite=self.rewrite, rerank=self.rerank)
-                    # Kept: the searchers of the other versions still open. A version's alias table is its base's
-                    # current one, so a changed table replaces the searcher built with the old.
+                    # Kept: the searchers of the other versions still open. A version's tables are its base's
+                    # current ones, so a changed table replaces the searcher built with the old.
                     self.searchers = {k: s for k, s in self.searchers.items()
                                       if self.readers.get(k[:2]) is s.reader and k[:2] != key[:2]}
                     self.searchers[key] = searcher

@@ -46,7 +46,7 @@ class ChitchatGate:
         closer to the corpus than off-topic probes, unless it speaks the corpus's vocabulary. Across languages
         (a Chinese question over an English reference) every similarity to the corpus is compressed into a
         narrower band, so the probes of the question's language set the level without the margin."""
-        if _names_something(plan) or self.uses_vocabulary(weighted_coverage):
+        if names_something(plan) or self.uses_vocabulary(weighted_coverage):
             return False
         if exemplar_similarity is not None and exemplar_similarity >= best_dense + self.exemplar_margin:
             return True
@@ -116,5 +116,6 @@ class ExemplarVectors:
 EXEMPLAR_VECTORS = ExemplarVectors()  # shared by every searcher of the process
 
 
-def _names_something(plan: Plan) -> bool:
-    return bool(plan.classes or plan.hinted_classes or plan.members)
+def names_something(plan: Plan) -> bool:
+    """A class or member named, or everyday words the table maps to the docs' terms: about the docs."""
+    return bool(plan.classes or plan.hinted_classes or plan.members or plan.expansions)

@@ -80,6 +80,7 @@ class Planner:
 
     catalog: Catalog
     aliases: dict[str, str] = field(default_factory=dict)  # editable alias table: alias -> class name
+    words: dict[str, str] = field(default_factory=dict)  # editable everyday-words table: phrase -> the docs' terms
     _lower_classes: dict[str, str] = field(default_factory=dict, repr=False)
     _members: dict[str, set[str]] = field(default_factory=dict, repr=False)
     _lower_members: dict[str, str] = field(default_factory=dict, repr=False)
@@ -87,6 +88,8 @@ class Planner:
     _han_aliases: list[tuple[str, str]] = field(default_factory=list, repr=False)
     _phrases: dict[str, str] = field(default_factory=dict, repr=False)
     _phrase_re: re.Pattern | None = field(default=None, repr=False)
+    _words_re: re.Pattern | None = field(default=None, repr=False)
+    _words: dict[str, str] = field(default_factory=dict, repr=False)  # casefolded phrase -> terms
 
     def __post_init__(self) -> None:
         for word in sorted(self.catalog.vocabulary):
@@ -112,6 +115,12 @@ class Planner:
         ordered = sorted(phrases, key=len, reverse=True)
         self._phrase_re = re.compile(
             "(?<![a-z0-9])(" + "|".join(re.escape(p) for p in ordered) + ")(?![a-z0-9])") if ordered else None
+        self._words = {" ".join(p.casefold().split()): " ".join(t.split()) for p, t in self.words.items()
+                       if p.strip() and t.strip()}
+        # Longest first; a Latin phrase is whole words ("blurry", not inside "blurryness"), a Chinese one any run.
+        self._words_re = re.compile("|".join(
+            re.escape(p) if HAN_RE.search(p) else rf"(?<![a-z0-9]){re.escape(p)}(?![a-z0-9])"
+            for p in sorted(self._words, key=len, reverse=True))) if self._words else None
 
     def run(self, question: str) -> Plan:
         asked = question  # as written, lines and all
@@ -122,6 +131,12 @@ class Planner:
                         reason="small talk, not a question about this documentation")
         is_chinese = HAN_RE.search(question) is not None
         terse = not is_chinese and is_terse(question)
+        # Everyday words the table maps to the docs' own terms: the terms are planned and searched as if the
+        # question had written them (an alias for words, where ClassAlias is one for a class name).
+        expansions = self._expansions(question)
+        written = question
+        if expansions:
+            question = f"{question} {' '.join(dict.fromkeys(terms for _, terms in expansions))}"
         classes: list[str] = []
         hinted: list[str] = []
         members: list[str] = []
@@ -200,7 +215,7 @@ class Planner:
                 word = self._near_word(token)
                 if word:  # a misspelt name the docs write in their text or code (`Jinja2Templtes`)
                     corrections.append((token, word))
-                else:
+                elif not any(token in terms for _, terms in expansions):  # the table's own terms are the docs'
                     unknown.append(token)
 
         if CONSTRUCTOR_RE.search(question):
@@ -254,7 +269,7 @@ class Planner:
         else:
             kind, reason = "doc", ""
         return Plan(
-            question=question,
+            question=written,
             corrected_question=corrected_question,
             kind=kind,
             classes=tuple(classes),
@@ -265,7 +280,15 @@ class Planner:
             inherited=tuple(inherited),
             reason=reason,
             pasted_error=ERROR_RE.search(asked) is not None,
+            expansions=expansions,
         )
+
+    def _expansions(self, question: str) -> tuple[tuple[str, str], ...]:
+        """The table's phrases in the question, each once, with their terms."""
+        if self._words_re is None:
+            return ()
+        found = dict.fromkeys(self._words_re.findall(" ".join(question.casefold().split())))
+        return tuple((phrase, self._words[phrase]) for phrase in found)
 
     def _class_of(self, token: str) -> str | None:
         if token in self.catalog.classes:

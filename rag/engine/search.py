@@ -22,11 +22,12 @@ from .complete import Completer
 from .compose import read_intent
 from .embed import QueryVectorCache
 from .fuse import rrf_fuse
+from .gate import names_something
 from .index import VersionReader, top_positions
 from .plan import Planner
 from .rerank import RerankResult
 from .routes import MAX_BM25_ROUTES, Query, Route, elapsed_ms, load_routes
-from .steps import GateStep, RerankStep, RewriteStep, names_something
+from .steps import GateStep, RerankStep, RewriteStep
 from .types import SEARCH_MODES, Hit, Ranking, SearchOptions, SearchResult
 
 __all__ = ["MAX_BM25_ROUTES", "MODES", "Searcher"]

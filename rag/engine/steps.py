@@ -12,12 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar, Protocol
 
-from .gate import EXEMPLAR_VECTORS, ChitchatGate, ExemplarVectors, weighted_coverage
+from .gate import EXEMPLAR_VECTORS, ChitchatGate, ExemplarVectors, names_something, weighted_coverage
 from .probes import language_gap, offtopic_similarity, same_language
 from .rerank import RERANK_CANDIDATES, Reranker, RerankResult
 from .rewrite import QueryRewriter, Rewrite
 from .routes import Query
-from .types import Hit, Plan
+from .types import Hit
 
 __all__ = ["GateReading", "GateStep", "RerankStep", "RewriteStep", "Step"]
 
@@ -109,7 +109,3 @@ class RerankStep:
         order = [(reader.index_of(h.chunk.chunk_id), h.score) for h in result.hits]
         placed = {i for i, _ in order}
         return order + [pair for pair in fused if pair[0] not in placed], result
-
-
-def names_something(plan: Plan) -> bool:
-    return bool(plan.classes or plan.hinted_classes or plan.members)

@@ -107,6 +107,9 @@ class Plan:
     inherited: tuple[tuple[str, str], ...] = ()  # (member, the ancestor class whose page documents it)
     reason: str = ""
     pasted_error: bool = False  # the question pastes an error or traceback line (rag.engine.plan.ERROR_RE)
+    # Everyday words of the editable table found in the question, with the docs' terms searched for them:
+    # ((phrase, terms), ...); the terms are part of corrected_question.
+    expansions: tuple[tuple[str, str], ...] = ()
 
     def as_dict(self) -> dict:
         return {
@@ -121,6 +124,7 @@ class Plan:
             "inherited": [{"member": m, "documented_on": c} for m, c in self.inherited],
             "reason": self.reason,
             "pasted_error": self.pasted_error,
+            "everyday_words": [{"phrase": p, "terms": t} for p, t in self.expansions],
         }
 
 

@@ -10,7 +10,7 @@ from rag.engine.llm import ChatClient, GenerationError
 from rag.engine.types import Hit
 from rag.models import KnowledgeBase
 from rag.pipeline import get_engine
-from rag.services.knowledge import aliases_for
+from rag.services.knowledge import kb_searcher
 
 __all__ = ["ChatClient", "GenerationError", "breaker_state", "chat_client", "generation_configured",
            "prompt_rebuild"]
@@ -45,6 +45,7 @@ def prompt_rebuild(*, kb: str, version: str, chunk_ids: list[str], question: str
     hits = [Hit(chunk=reader.chunks[i], score=0.0, source="rrf")
             for i in (reader.index_of(c) for c in chunk_ids) if i is not None]
     knowledge_base = KnowledgeBase.objects.filter(slug=kb).first()
-    aliases = aliases_for(knowledge_base) if knowledge_base is not None else {}
-    # The planner questions of this version use (its catalog maps are built once per version and alias table).
-    return build_messages(question, hits, get_engine().planner(kb, version, aliases).run(question))
+    # The planner questions of this version use (its catalog maps are built once per version and tables).
+    planner = (kb_searcher(knowledge_base, version) if knowledge_base is not None
+               else get_engine().searcher(kb, version, {})).planner
+    return build_messages(question, hits, planner.run(question))

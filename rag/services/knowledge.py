@@ -25,7 +25,7 @@ from rag.engine.ingest import (HTML_SUFFIXES, IngestError, folder_hashes, front_
 from rag.engine.text import sha1
 from rag.engine.types import SourceDocument
 from rag.engine.vectorpack import read_pack, write_pack
-from rag.models import ClassAlias, Document, DocumentLabel, IndexVersion, KnowledgeBase, Label, LabelValue
+from rag.models import ClassAlias, Document, DocumentLabel, EverydayWord, IndexVersion, KnowledgeBase, Label, LabelValue
 from rag.pipeline import REOPEN_AFTER_SECONDS, get_engine
 from rag.services.sources import is_remote, last_crawl, source_check, source_folder, source_kind, sync
 from rag.shapes import ANCHOR_SAFE
@@ -589,6 +589,24 @@ def aliases_for(kb: KnowledgeBase) -> dict[str, str]:
     aliases = {alias: name for alias, name, kb_id in rows if kb_id is None}
     aliases.update({alias: name for alias, name, kb_id in rows if kb_id is not None})
     return aliases
+
+
+def everyday_words_for(kb: KnowledgeBase) -> dict[str, str]:
+    """The everyday-words table for a knowledge base: phrase -> the docs' terms, the base's own entries over the
+    global ones."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT phrase, terms, kb_id FROM {connection.ops.quote_name(EverydayWord._meta.db_table)} "
+                       f"WHERE kb_id IS NULL OR kb_id = %s ORDER BY phrase", [kb.pk])
+        rows = cursor.fetchall()
+    words = {phrase: terms for phrase, terms, kb_id in rows if kb_id is None}
+    words.update({phrase: terms for phrase, terms, kb_id in rows if kb_id is not None})
+    return words
+
+
+def kb_searcher(kb: KnowledgeBase, version: str):
+    """The engine's searcher of a version of this base, planning with the base's alias and everyday-words tables
+    as they are now (built once per version and tables: rag.pipeline.Engine.searcher)."""
+    return get_engine().searcher(kb.slug, version, aliases_for(kb), everyday_words_for(kb))
 
 
 def read_source(*, kb: str, source: str) -> str:

@@ -27,7 +27,7 @@ from rag.engine.weighted import (RerankFailed, WeightedCandidate, WeightedSettin
 from rag.models import Channel, Document, KnowledgeBase, RequestRecord, RetrievalApp
 from rag.pipeline import get_engine
 from rag.services.filters import DocumentFilter, documents_allowed, is_id
-from rag.services.knowledge import aliases_for
+from rag.services.knowledge import kb_searcher
 from rag.services.questions import Caller, CapacityGate, QuestionRequest, held, question_call, validated_question, version_of
 from rag.services.sdk import kb_serving
 
@@ -269,7 +269,7 @@ def question_retrieve(request: RetrievalRequest) -> RetrievalOutcome:
                                  + (f" rev {row.source_revision}" if row.source_revision else ""))
                 reader = engine.reader(kb.slug, row.name)
                 sources.append(WeightedSource(
-                    key=kb.pk, reader=reader, planner=engine.planner(kb.slug, row.name, aliases_for(kb)),
+                    key=kb.pk, reader=reader, planner=kb_searcher(kb, row.name).planner,
                     mask=_mask(reader, allowed.get(kb.pk, set())) if allowed is not None else None,
                     group=group_of.get(kb.pk, len(PRIORITIES))))
             try:

@@ -286,6 +286,7 @@ def test_a_plan_serialises_to_plain_lists(planner):
         "inherited": [],
         "reason": "",
         "pasted_error": False,
+        "everyday_words": [],
     }
 
 
@@ -424,3 +425,31 @@ def test_a_property_whose_type_is_a_documented_class_hints_that_class_and_its_an
     assert catalog.member_types("SpotLight") == {"shadow": "SpotLightShadow"}
     assert planner.run("SpotLight shadows look blocky").hinted_classes == ("SpotLightShadow", "LightShadow")
     assert planner.run("SpotLight cone is too wide").hinted_classes == ()
+
+
+# -- everyday words ----------------------------------------------------------------------------------
+
+
+def test_everyday_words_plan_a_question_with_the_docs_terms(catalog):
+    planner = Planner(catalog, words={"发糊": "setPixelRatio", "Blurry": "setPixelRatio"})
+
+    chinese = planner.run("手机上画面发糊怎么办？")
+    english = planner.run("the picture is  blurry on phones")
+
+    assert chinese.expansions == (("发糊", "setPixelRatio"),) and chinese.members == ("setPixelRatio",)
+    assert chinese.question == "手机上画面发糊怎么办？" and chinese.corrected_question.endswith(" setPixelRatio")
+    assert english.expansions == (("blurry", "setPixelRatio"),) and english.members == ("setPixelRatio",)
+    assert chinese.as_dict()["everyday_words"] == [{"phrase": "发糊", "terms": "setPixelRatio"}]
+
+
+def test_a_latin_phrase_matches_whole_words_only_and_no_table_changes_nothing(catalog):
+    planner = Planner(catalog, words={"blur": "setPixelRatio"})
+
+    assert planner.run("the picture is blurry on phones").expansions == ()
+    assert planner.run("手机上画面发糊怎么办？") == Planner(catalog).run("手机上画面发糊怎么办？")
+
+
+def test_a_term_the_catalog_lacks_is_never_an_unknown_api(catalog):
+    plan = Planner(catalog, words={"发糊": "DevicePixelRatio setPixelRatio"}).run("画面发糊")
+
+    assert plan.kind == "doc" and plan.unknown_identifiers == ()

@@ -7,7 +7,7 @@ import contextlib
 import pytest
 
 from infra.errors import ServiceError
-from rag.models import Channel, ClassAlias, RequestRecord
+from rag.models import Channel, ClassAlias, EverydayWord, RequestRecord
 from rag.services.knowledge import index_build
 from rag.services.questions import (
     LIMITS,
@@ -92,6 +92,26 @@ def test_questions_share_one_searcher_per_version_until_its_aliases_change(built
 
     assert len(built) == 2 and outcome.result.plan.hinted_classes == ("PerspectiveCamera",)
     assert list(rag.pipeline.get_engine().searchers.values()) == [built[1]]  # the old alias table's is gone
+
+
+def test_an_everyday_words_entry_added_in_the_admin_plans_the_next_question(built_kb, admin_client):
+    question = "手机上画面发糊，怎么办？"
+    before = question_search(ask(question=question))
+    form = {"phrase": " 发糊 ", "terms": "setPixelRatio", "source": "WebGLRenderer.md", "kb": built_kb.pk}
+
+    added = admin_client.post("/admin/rag/everydayword/add/", form)
+    again = admin_client.post("/admin/rag/everydayword/add/", {**form, "phrase": "发糊"})
+    short = admin_client.post("/admin/rag/everydayword/add/", {**form, "phrase": "糊"})
+    outcome = question_search(ask(question=question))
+
+    assert added.status_code == 302 and EverydayWord.objects.get().phrase == "发糊"
+    assert again.status_code == short.status_code == 200 and EverydayWord.objects.count() == 1
+    assert "already in the table" in again.content.decode() and "at least 2" in short.content.decode()
+    assert before.result.plan.expansions == () and outcome.result.plan.expansions == (("发糊", "setPixelRatio"),)
+    assert (outcome.result.hits[0].chunk.class_name, outcome.result.hits[0].chunk.member) == (
+        "WebGLRenderer", "setPixelRatio")
+    record = RequestRecord.objects.get(request_id=outcome.request_id)
+    assert record.plan["everyday_words"] == [{"phrase": "发糊", "terms": "setPixelRatio"}]
 
 
 def test_the_next_question_reads_a_version_activated_after_the_last_one(built_kb):

@@ -306,3 +306,16 @@ def test_bm25_mode_does_not_embed_a_question_that_names_a_class(reader, counting
 def test_an_unknown_mode_is_refused(reader, counting_embedder):
     with pytest.raises(ValueError):
         make_searcher(reader, counting_embedder).run("Fog", SearchOptions(mode="fuzzy"))
+
+
+def test_everyday_words_bring_the_member_the_docs_name_for_them(reader, counting_embedder):
+    question = "手机上画面发糊，怎么办？"
+    plain = make_searcher(reader, counting_embedder).run(question)
+    searcher = Searcher(reader=reader, queries=QueryVectorCache(counting_embedder),
+                        planner=Planner(reader.catalog, words={"发糊": "setPixelRatio"}))
+
+    result = searcher.run(question)
+
+    assert (plain.plan.expansions, result.plan.expansions) == ((), (("发糊", "setPixelRatio"),))
+    assert "setPixelRatio" not in [h.chunk.member for h in plain.hits[:3]]  # without the table: read as small talk
+    assert (result.hits[0].chunk.class_name, result.hits[0].chunk.member) == ("WebGLRenderer", "setPixelRatio")

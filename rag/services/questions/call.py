@@ -20,7 +20,8 @@ from rag.engine.types import Hit, SearchResult
 from rag.models import IndexVersion, RequestRecord
 from rag.pipeline import get_engine
 from rag.retrieval_cache import retrieval_cache
-from rag.services.knowledge import BUILDING_RETRY_AFTER, aliases_for, building_message, index_building, kb_get_current
+from rag.services.knowledge import (BUILDING_RETRY_AFTER, building_message, index_building, kb_get_current,
+                                    kb_searcher)
 from rag.services.profiles import Profile, profile_of
 from rag.services.records import new_request_id, request_record_write
 from rag.services.sdk import kb_serving, version_notes
@@ -122,8 +123,7 @@ class QuestionCall:
             return replace(cached, request_id=self.request_id, question=question,
                            latency_ms=round(self.elapsed_ms(), 3), cached=cached,
                            version_notes=version_notes(served, question))
-        engine = get_engine()
-        searcher = engine.searcher(knowledge_base.slug, row.name, aliases_for(knowledge_base))
+        searcher = kb_searcher(knowledge_base, row.name)
         with held(request, "retrieval"):
             try:
                 result = self.result = searcher.run(question, options)
