@@ -10,7 +10,7 @@ import threading
 from asgiref.sync import sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from assistant.api import AskInput
+from assistant.inputs import AskInput
 from assistant.services import error_frame, web_chat_stream, web_socket_closed, web_socket_opened
 from infra.errors import ServiceError
 from infra.limits import Client
