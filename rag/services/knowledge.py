@@ -580,27 +580,25 @@ def index_prune(kb: KnowledgeBase, *, keep: int | None = None) -> list[str]:
 
 
 def aliases_for(kb: KnowledgeBase) -> dict[str, str]:
-    """The alias table for a knowledge base: the global entries, overridden by the base's own."""
-    # Read on every question, so in plain SQL: the ORM would cost more than the query.
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT alias, class_name, kb_id FROM {connection.ops.quote_name(ClassAlias._meta.db_table)} "
-                       f"WHERE kb_id IS NULL OR kb_id = %s ORDER BY alias", [kb.pk])
-        rows = cursor.fetchall()
-    aliases = {alias: name for alias, name, kb_id in rows if kb_id is None}
-    aliases.update({alias: name for alias, name, kb_id in rows if kb_id is not None})
-    return aliases
+    """The alias table for a knowledge base: alias -> class name."""
+    return _planning_table(kb, ClassAlias, "alias", "class_name")
 
 
 def everyday_words_for(kb: KnowledgeBase) -> dict[str, str]:
-    """The everyday-words table for a knowledge base: phrase -> the docs' terms, the base's own entries over the
-    global ones."""
+    """The everyday-words table for a knowledge base: phrase -> the docs' terms."""
+    return _planning_table(kb, EverydayWord, "phrase", "terms")
+
+
+def _planning_table(kb: KnowledgeBase, model, key: str, value: str) -> dict[str, str]:
+    """A table the planner reads for a knowledge base: the global entries (blank kb), overridden by the base's own."""
+    # Read on every question, so in plain SQL: the ORM would cost more than the query.
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT phrase, terms, kb_id FROM {connection.ops.quote_name(EverydayWord._meta.db_table)} "
-                       f"WHERE kb_id IS NULL OR kb_id = %s ORDER BY phrase", [kb.pk])
+        cursor.execute(f"SELECT {key}, {value}, kb_id FROM {connection.ops.quote_name(model._meta.db_table)} "
+                       f"WHERE kb_id IS NULL OR kb_id = %s ORDER BY {key}", [kb.pk])
         rows = cursor.fetchall()
-    words = {phrase: terms for phrase, terms, kb_id in rows if kb_id is None}
-    words.update({phrase: terms for phrase, terms, kb_id in rows if kb_id is not None})
-    return words
+    table = {k: v for k, v, kb_id in rows if kb_id is None}
+    table.update({k: v for k, v, kb_id in rows if kb_id is not None})
+    return table
 
 
 def kb_searcher(kb: KnowledgeBase, version: str):

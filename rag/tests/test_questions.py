@@ -114,6 +114,15 @@ def test_an_everyday_words_entry_added_in_the_admin_plans_the_next_question(buil
     assert record.plan["everyday_words"] == [{"phrase": "发糊", "terms": "setPixelRatio"}]
 
 
+def test_a_knowledge_base_everyday_word_overrides_a_global_one(built_kb):
+    EverydayWord.objects.create(kb=None, phrase="发糊", terms="setSize", source="WebGLRenderer.md")
+    EverydayWord.objects.create(kb=built_kb, phrase="发糊", terms="setPixelRatio", source="WebGLRenderer.md")
+
+    outcome = question_search(ask(question="画面发糊"))
+
+    assert outcome.result.plan.expansions == (("发糊", "setPixelRatio"),)
+
+
 def test_the_next_question_reads_a_version_activated_after_the_last_one(built_kb):
     before = question_search(ask())
     newer = index_build(built_kb)  # activates it, as `rag reindex` does while a batch runs
