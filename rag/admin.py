@@ -2,8 +2,8 @@ from django import forms
 from django.contrib import admin, messages
 
 from infra.errors import ServiceError
-from rag.models import (ClassAlias, Document, DocumentLabel, EverydayWord, IndexVersion, KnowledgeBase, Label, LabelValue,
-                        RequestRecord, RetrievalApp)
+from rag.models import (ClassAlias, Document, DocumentLabel, EverydayWord, IndexVersion, KnowledgeBase, Label,
+                        LabelValue, RequestRecord, RetrievalApp)
 
 
 class KnowledgeBaseForm(forms.ModelForm):

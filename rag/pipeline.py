@@ -51,7 +51,7 @@ class Engine:
     chooser: ConstrainedChooser | None = None  # constrained generation (CG_RAG) with a generation model; None: off
     enhancer: QueryRewriter | None = None  # search keywords asked of the model on request (seed 002's enhanced search)
     routes: tuple[Route, ...] = field(default_factory=load_routes)  # what every search runs (RAG_ENGINE["ROUTES"])
-    searchers: dict = field(default_factory=dict)  # (kb, version, aliases) -> Searcher of an open version
+    searchers: dict = field(default_factory=dict)  # (kb, version, aliases, words) -> Searcher of an open version
     weighted: WeightedSearcher = field(init=False)  # the retrieval APIs' ranking, over the same vectors and rerankers
     active: dict = field(default_factory=dict)  # kb -> the version questions here were last served from as active
     failures: dict = field(default_factory=dict)  # (kb, version) -> (monotonic time, message) of a failed open
@@ -70,7 +70,6 @@ class Engine:
         self.token_counter = (ModelTokenCounter(self.embedder) if hasattr(self.embedder, "token_count")
                               else CharacterTokenCounter())
         self.packer = BudgetPacker(self.token_counter)  # what an agent's token budget keeps (rag.engine.budget)
-
 
     def reader(self, kb: str, version: str) -> VersionReader:
         """The open reader of a version, opened on first use; raise IndexError_ when it does not open (missing,

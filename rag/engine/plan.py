@@ -135,6 +135,8 @@ class Planner:
         # question had written them (an alias for words, where ClassAlias is one for a class name).
         expansions = self._expansions(question)
         written = question
+        # The table's terms are the docs' own words: none of them is an API the docs lack.
+        termed = {t for _, terms in expansions for t in re.findall(r"[A-Za-z0-9_$]+", terms)}
         if expansions:
             question = f"{question} {' '.join(dict.fromkeys(terms for _, terms in expansions))}"
         classes: list[str] = []
@@ -215,7 +217,7 @@ class Planner:
                 word = self._near_word(token)
                 if word:  # a misspelt name the docs write in their text or code (`Jinja2Templtes`)
                     corrections.append((token, word))
-                elif not any(token in terms for _, terms in expansions):  # the table's own terms are the docs'
+                elif token not in termed:
                     unknown.append(token)
 
         if CONSTRUCTOR_RE.search(question):
@@ -287,7 +289,7 @@ class Planner:
         """The table's phrases in the question, each once, with their terms."""
         if self._words_re is None:
             return ()
-        found = dict.fromkeys(self._words_re.findall(" ".join(question.casefold().split())))
+        found = dict.fromkeys(self._words_re.findall(question.casefold()))  # spacing was normalised by run()
         return tuple((phrase, self._words[phrase]) for phrase in found)
 
     def _class_of(self, token: str) -> str | None:

@@ -25,7 +25,8 @@ from rag.engine.ingest import (HTML_SUFFIXES, IngestError, folder_hashes, front_
 from rag.engine.text import sha1
 from rag.engine.types import SourceDocument
 from rag.engine.vectorpack import read_pack, write_pack
-from rag.models import ClassAlias, Document, DocumentLabel, EverydayWord, IndexVersion, KnowledgeBase, Label, LabelValue
+from rag.models import (ClassAlias, Document, DocumentLabel, EverydayWord, IndexVersion, KnowledgeBase, Label,
+                        LabelValue)
 from rag.pipeline import REOPEN_AFTER_SECONDS, get_engine
 from rag.services.sources import is_remote, last_crawl, source_check, source_folder, source_kind, sync
 from rag.shapes import ANCHOR_SAFE
@@ -579,32 +580,29 @@ def index_prune(kb: KnowledgeBase, *, keep: int | None = None) -> list[str]:
     return removed
 
 
-def aliases_for(kb: KnowledgeBase) -> dict[str, str]:
-    """The alias table for a knowledge base: alias -> class name."""
-    return _planning_table(kb, ClassAlias, "alias", "class_name")
-
-
-def everyday_words_for(kb: KnowledgeBase) -> dict[str, str]:
-    """The everyday-words table for a knowledge base: phrase -> the docs' terms."""
-    return _planning_table(kb, EverydayWord, "phrase", "terms")
-
-
-def _planning_table(kb: KnowledgeBase, model, key: str, value: str) -> dict[str, str]:
-    """A table the planner reads for a knowledge base: the global entries (blank kb), overridden by the base's own."""
-    # Read on every question, so in plain SQL: the ORM would cost more than the query.
+def planning_tables(kb: KnowledgeBase) -> tuple[dict[str, str], dict[str, str]]:
+    """The tables the planner reads for a knowledge base: aliases (alias -> class name) and everyday words
+    (phrase -> the docs' terms), each with the global entries (blank kb) overridden by the base's own."""
+    # Read on every question, so in plain SQL and one round trip: the ORM would cost more than the query.
+    quote = connection.ops.quote_name
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT {key}, {value}, kb_id FROM {connection.ops.quote_name(model._meta.db_table)} "
-                       f"WHERE kb_id IS NULL OR kb_id = %s ORDER BY {key}", [kb.pk])
+        cursor.execute(f"SELECT 'alias', alias, class_name, kb_id FROM {quote(ClassAlias._meta.db_table)} "
+                       f"WHERE kb_id IS NULL OR kb_id = %s UNION ALL "
+                       f"SELECT 'word', phrase, terms, kb_id FROM {quote(EverydayWord._meta.db_table)} "
+                       f"WHERE kb_id IS NULL OR kb_id = %s", [kb.pk, kb.pk])
         rows = cursor.fetchall()
-    table = {k: v for k, v, kb_id in rows if kb_id is None}
-    table.update({k: v for k, v, kb_id in rows if kb_id is not None})
-    return table
+    tables: dict[str, dict[str, str]] = {"alias": {}, "word": {}}
+    for own in (False, True):  # the base's own entries last, so they win
+        for table, key, value, kb_id in rows:
+            if (kb_id is not None) == own:
+                tables[table][key] = value
+    return tables["alias"], tables["word"]
 
 
 def kb_searcher(kb: KnowledgeBase, version: str):
     """The engine's searcher of a version of this base, planning with the base's alias and everyday-words tables
     as they are now (built once per version and tables: rag.pipeline.Engine.searcher)."""
-    return get_engine().searcher(kb.slug, version, aliases_for(kb), everyday_words_for(kb))
+    return get_engine().searcher(kb.slug, version, *planning_tables(kb))
 
 
 def read_source(*, kb: str, source: str) -> str:

@@ -13,7 +13,8 @@ Each ask is one request record (channel cgrag) through `question_call`; the sear
 part of it and not recorded apart. The model's failures become 502 `vision_upstream_error` (HTTP error,
 timeout, connection) or `vision_response_invalid` (a reply that cannot be used). Streams yield
 `Progress`, `TokenEvent`, `AnswerReset` (the upstream stream broke after text was shown and is asked again once;
-all three the question service's stream events) and last the outcome; they stop, closing the upstream stream, when `cancelled()` turns true.
+all three the question service's stream events) and last the outcome; they stop, closing the upstream stream,
+when `cancelled()` turns true.
 """
 
 from __future__ import annotations
@@ -311,7 +312,7 @@ def _step(model: VisionModel, messages: list[dict], extra: dict, *, stream: bool
                 answer = AnswerField()
                 if reply.shown:
                     reply.shown = False
-                    yield AnswerReset(item.reason)
+                    yield item  # the engine's Reset is the face's AnswerReset
             elif isinstance(item, Done):
                 reply.text, reply.usage = item.text, item.usage
                 return reply
