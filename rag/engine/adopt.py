@@ -12,7 +12,8 @@ class Adopter:
 
     single: int = 5
     per_class: int = 3
-    spread: int = 5  # a question naming no class: the first picks come from this many different classes
+    spread: int = 5  # a question naming no class: its first picks come from up to this many different classes,
+    kept: int = 3  # after its first this-many fused chunks, which keep their places (see _spread)
     class_evidence: int = 5  # a class's strength is the summed fused score of its best this-many chunks
 
     def run(self, fused: list[int], classes: list[str], class_of, excluded: set[int] = frozenset(),
@@ -44,12 +45,14 @@ class Adopter:
         return adopted
 
     def _spread(self, candidates: list[int], class_of, scores: dict, overviews=frozenset()) -> list[int]:
-        """Keep the single best chunk first (a page's member before its introduction), then lead with the best
-        chunk of each strongest other class.
+        """Keep the best `kept` chunks first, in fused order (a page's member before its introduction), then lead
+        with the best chunk of each strongest class not among them, up to `spread` chunks.
 
         With no class named, the evidence usually sits in one class; a class's strength is the summed
         fused score of its best `class_evidence` chunks, so a class that several routes agree on rises,
-        and one family of near-duplicate pages cannot fill the window.
+        and one family of near-duplicate pages cannot fill the window. The first places keep the fused order:
+        the member asked about is often the second or third section of the leading page (issue 34: spreading
+        from the second place on lost real users' members a plain hybrid retriever had in its first 3).
         """
         if not candidates:
             return []
@@ -63,5 +66,7 @@ class Adopter:
             # The page's introduction and then one of its members: the member is what was asked about, and
             # the page still leads.
             first = candidates[1]
-        lead = [first] + [by_class[c][0] for c in ranked if c != class_of(first)][: self.spread - 1]
+        head = [first] + [i for i in candidates if i != first][: self.kept - 1]
+        heads = {class_of(i) for i in head}
+        lead = head + [by_class[c][0] for c in ranked if c not in heads][: self.spread - len(head)]
         return lead + [i for i in candidates if i not in lead]

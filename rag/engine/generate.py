@@ -173,10 +173,11 @@ def evidence_signals(plan: Plan, hits: list[Hit]) -> EvidenceSignals:
     first = hits[0].chunk if hits else None
     lead = first.class_name if first else ""
     words = {t for t in tokenize(plan.corrected_question or plan.question, stem=True) if len(t) > 1}
-    # The lead's words: its first hit's, or those of a section completion added for the same page (its code
-    # example, the group note its member requires: rag.engine.complete), whichever holds more of the question's.
-    lead_hits = [first, *(h.chunk for h in hits[1:] if h.source == "structure" and h.chunk.class_name == lead)] \
-        if first else []
+    # The lead's words: its first hit's, or those of another section of the same page that the answer cites
+    # (adopted within the window, or a section completion: its code example, the group note its member
+    # requires: rag.engine.complete), whichever holds more of the question's.
+    lead_hits = [first, *(h.chunk for n, h in enumerate(hits[1:], start=1) if h.chunk.class_name == lead and (
+        n < CONFIDENCE_WINDOW or h.source == "structure"))] if first else []
     found = max((set(tokenize(f"{c.member}\n{c.text}", stem=True)) & words for c in lead_hits), key=len, default=set())
     total = sum(max(h.score, 0.0) for h in hits)
     s1 = hits[0].score if hits else 0.0

@@ -31,7 +31,10 @@ DENSE_CLASS_ROUTES = 3  # named classes the vector search is read within
 HEAD_CLASS_ROUTES = 2  # named classes whose member-name field is searched
 
 # RRF weight per route kind. Within a named class the vector ranking orders members best; the whole-question
-# BM25 route mostly re-ranks a named class by chunk length (its name is in every chunk), so it counts half.
+# BM25 route mostly re-ranks a named class by chunk length (its name is in every chunk), so it counts half
+# when the question names a class (ROUTE_WEIGHTS); when it names none, nothing is re-ranked by a name and
+# that route is the keyword side's one reading of the question, so it counts as much as the vector side
+# (CLASSLESS_WEIGHTS), as a plain hybrid retriever weighs its two rankings.
 ROUTE_WEIGHTS = {
     RouteKind.DENSE: 1.0,
     RouteKind.DENSE_CLASS: 2.0,
@@ -44,6 +47,13 @@ ROUTE_WEIGHTS = {
     RouteKind.DENSE_REWRITE: 1.0,
     RouteKind.BM25_REWRITE: 0.5,
 }
+CLASSLESS_WEIGHTS = {RouteKind.BM25_QUESTION: 1.0, RouteKind.BM25_REWRITE: 1.0}
+
+
+def route_weight(kind: RouteKind, plan: Plan) -> float:
+    """The RRF weight of a route's ranking for this plan: a whole-question BM25 ranking counts half only when the
+    question names a class."""
+    return CLASSLESS_WEIGHTS.get(kind, ROUTE_WEIGHTS[kind]) if not plan.classes else ROUTE_WEIGHTS[kind]
 
 
 @dataclass
@@ -158,7 +168,8 @@ class Bm25QuestionRoute:
     def run(self, query: Query) -> Iterator[Ranking]:
         scores = query.question_scores()
         ids, values = top_positions(scores, query.depth, mask=scores > 0)
-        yield make_ranking(RouteKind.BM25_QUESTION, ids, values, query.reader)
+        yield make_ranking(RouteKind.BM25_QUESTION, ids, values, query.reader,
+                           weight=route_weight(RouteKind.BM25_QUESTION, query.plan))
 
 
 class Bm25ClassRoute:
@@ -236,7 +247,10 @@ class Bm25RewriteRoute:
             return
         reader = query.reader
         scores = reader.bm25_scores(reader.tokenize(query.keywords))
-        yield from _found(RouteKind.BM25_REWRITE, scores, scores > 0, query)
+        ids, values = top_positions(scores, query.depth, mask=scores > 0)
+        if ids:
+            yield make_ranking(RouteKind.BM25_REWRITE, ids, values, reader,
+                               weight=route_weight(RouteKind.BM25_REWRITE, query.plan))
 
 
 DEFAULT_ROUTES = tuple(f"{__name__}.{route.__name__}" for route in (
@@ -272,8 +286,9 @@ def _found(kind: RouteKind, scores: np.ndarray, mask: np.ndarray, query: Query, 
 
 
 def make_ranking(kind: RouteKind, ids: list[int], scores: list[float], reader: VersionReader,
-                 within: str = "") -> Ranking:
-    """Build the ranking of one route, named by its kind and the class or member it reads within."""
+                 within: str = "", weight: float | None = None) -> Ranking:
+    """Build the ranking of one route, named by its kind and the class or member it reads within; its weight is
+    the kind's (ROUTE_WEIGHTS) unless given."""
     source = kind.source
     chunks = reader.chunks
     return Ranking(
@@ -281,7 +296,7 @@ def make_ranking(kind: RouteKind, ids: list[int], scores: list[float], reader: V
         hits=tuple(Hit(chunk=chunks[i], score=s, source=source, rank=n, raw_score=s)
                    for n, (i, s) in enumerate(zip(ids, scores), start=1)),
         kind=kind,
-        weight=ROUTE_WEIGHTS[kind],
+        weight=ROUTE_WEIGHTS[kind] if weight is None else weight,
     )
 
 

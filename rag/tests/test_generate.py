@@ -415,6 +415,17 @@ def test_the_leads_words_include_a_section_completion_added_for_its_page_but_not
     assert evidence_signals(plan, [first, elsewhere]).coverage == 0.5
 
 
+def test_the_leads_words_include_its_pages_sections_adopted_within_the_cited_window():
+    plan = replace(PLAN, corrected_question="cast shadow example code")
+    first = make_hit("castShadow", "### .castShadow : Boolean\n\nCasts dynamic shadows.")
+    overview = make_hit("", "```js\nlight.castShadow = true; // example code\n```")
+    other = make_hit("intensity", "Its strength.", class_name="WebGLRenderer")
+
+    assert evidence_signals(plan, [first, overview]).coverage == 1.0  # the answer cites the page's example
+    # Below the window (the lead and two quotes), an adopted section of the page is not cited with it.
+    assert evidence_signals(plan, [first, other, other, overview]).coverage == 0.5
+
+
 def test_a_question_naming_nothing_is_low_when_its_words_are_not_in_the_evidence():
     plan = docs_plan("How do I change the colours of the sky?")
 

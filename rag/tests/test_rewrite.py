@@ -124,7 +124,11 @@ def test_a_rewrite_is_searched_beside_the_question_and_fused(reader, counting_em
 
     rewrite_routes = {r.name: r for r in result.rankings if r.kind in (RouteKind.DENSE_REWRITE, RouteKind.BM25_REWRITE)}
     assert result.rewrite == "Fog near far 雾 远处 颜色" and result.rewrite_error == ""
-    assert {name: r.weight for name, r in rewrite_routes.items()} == {"dense:rewrite": 1.0, "bm25:rewrite": 0.5}
+    # Weighted as the question's own whole-question routes: with no class named, BM25 counts as much as vectors.
+    question_weight = next(r.weight for r in result.rankings if r.name == "bm25:question")
+    assert {name: r.weight for name, r in rewrite_routes.items()} == {"dense:rewrite": 1.0,
+                                                                       "bm25:rewrite": question_weight}
+    assert question_weight == 1.0
     assert [r.name for r in result.rankings[:len(baseline.rankings)]] == [r.name for r in baseline.rankings]
     assert counting_embedder.query_calls[-1] == "Fog near far 雾 远处 颜色"
     assert {"rewrite", "rewrite_search"} <= set(result.timings_ms)

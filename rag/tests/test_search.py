@@ -136,13 +136,24 @@ def test_excluded_chunks_are_removed_before_adopting():
     assert multi == [1, 6, 2, 7, 3, 8]
 
 
-def test_a_class_less_question_leads_with_the_best_chunk_of_the_strongest_classes():
+def test_a_class_less_question_keeps_the_fused_first_3_then_leads_with_the_strongest_other_classes():
     class_of = make_class_of({0: "A", 1: "A", 2: "A", 3: "A", 4: "B", 5: "C", 6: "A"})
     scores = {0: 0.9, 1: 0.8, 2: 0.7, 3: 0.6, 4: 0.5, 5: 0.4, 6: 0.3}
 
     adopted = Adopter().run(list(range(7)), [], class_of, scores=scores)
+    spread_from_the_second = Adopter(kept=1).run(list(range(7)), [], class_of, scores=scores)
 
-    assert adopted == [0, 4, 5, 1, 2]
+    assert adopted == [0, 1, 2, 4, 5]  # the page's members as fused, then the two other pages
+    assert spread_from_the_second == [0, 4, 5, 1, 2]
+
+
+def test_the_spread_gives_its_places_to_classes_not_already_kept():
+    class_of = make_class_of({0: "A", 1: "B", 2: "A", 3: "B", 4: "C", 5: "D", 6: "E"})
+    scores = {0: 0.9, 1: 0.8, 2: 0.7, 3: 0.6, 4: 0.5, 5: 0.4, 6: 0.3}
+
+    adopted = Adopter().run(list(range(7)), [], class_of, scores=scores)
+
+    assert adopted == [0, 1, 2, 4, 5]  # B's second chunk waits: C and D lead the places after the first 3
 
 
 def test_a_page_introduction_followed_by_one_of_its_members_leads_with_the_member():
@@ -152,8 +163,8 @@ def test_a_page_introduction_followed_by_one_of_its_members_leads_with_the_membe
     member_next = Adopter().run(list(range(7)), [], class_of, scores=scores, overviews={0})
     other_page_next = Adopter().run([0, 2, 1, 3, 4, 5, 6], [], class_of, scores=scores, overviews={0})
 
-    assert member_next == [1, 2, 3, 5, 6]  # A still leads, by the member asked about
-    assert other_page_next == [0, 2, 3, 5, 6]
+    assert member_next == [1, 0, 2, 3, 5]  # A still leads, by the member asked about
+    assert other_page_next == [0, 2, 1, 3, 5]
 
 
 def test_release_notes_never_lead_a_class_less_question_and_follow_the_leads():
@@ -266,6 +277,16 @@ def test_at_most_6_bm25_routes_run(reader, counting_embedder):
     assert len(result.plan.classes) == 7
     assert len(bm25_routes(result)) == MAX_BM25_ROUTES == 6
     assert bm25_routes(result)[0] == "bm25:question"
+
+
+def test_the_whole_question_bm25_route_counts_half_only_when_a_class_is_named(reader, counting_embedder):
+    searcher = make_searcher(reader, counting_embedder)
+
+    def weight(question: str) -> float:
+        return next(r.weight for r in searcher.run(question).rankings if r.name == "bm25:question")
+
+    assert weight("纹理怎么重复平铺") == 1.0  # no class named (a hint is not a name): as much as the vector side
+    assert weight("PerspectiveCamera 的 fov 默认是多少") == 0.5
 
 
 def test_a_member_question_gets_a_member_route(reader, counting_embedder):
