@@ -57,6 +57,11 @@ class Completer:
                 group = reader.group_position(chunk.source, chunk.heading_path[:2])
                 if group is not None and group_requires(reader.chunks[group], chunk):
                     add(group)
+        lead = window[0]
+        if lead.member and lead.member != lead.class_name:
+            # A setting that acts only with the leading member, which its section names (`.dampingFactor`: "used
+            # if .enableDamping is set to true"): the answer gives both.
+            add(self.dependent_of(reader, lead))
         if intent.code or intent.howto:
             # An example asked for, or how to do something: the first code example of the leading class, when the
             # evidence has none of it.
@@ -88,6 +93,17 @@ class Completer:
                        for h in hits)
         return (*marked, *(Hit(chunk=reader.chunks[p], score=0.0, source=STRUCTURE, rank=last.rank + n, raw_score=0.0)
                            for n, p in enumerate(added, start=1)))
+
+    @staticmethod
+    def dependent_of(reader, chunk) -> int | None:
+        """The first member section of `chunk`'s class (in the page's order) whose text names `chunk`'s member as
+        `.member`, the way reference pages point at another member of the same class; None if none does."""
+        named = re.compile(r"(?<![\w$])\.%s(?![\w$])" % re.escape(chunk.member))
+        for position in np.flatnonzero(reader.class_mask(chunk.class_name) & reader.member_chunks):
+            other = reader.chunks[position]
+            if other.member not in (chunk.member, other.class_name) and named.search(other.text):
+                return int(position)
+        return None
 
     @staticmethod
     def best_in(reader, classes: tuple[str, ...], tokens: list[str], cosines: np.ndarray | None = None) -> int | None:

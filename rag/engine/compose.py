@@ -290,6 +290,13 @@ def member_label(chunk) -> str:
     return f"{chunk.class_name}.{member}" if member else (chunk.class_name or chunk.title)
 
 
+def refers_to(chunk, other) -> bool:
+    """Whether `chunk` is another member section of `other`'s class whose text names `other`'s member as `.member`."""
+    if not other.member or chunk.class_name != other.class_name or chunk.member in (other.member, ""):
+        return False
+    return re.search(r"(?<![\w$])\.%s(?![\w$])" % re.escape(other.member), chunk.text) is not None
+
+
 def setter_of(member: str) -> str:
     """The setter a getter or property would have: getPixelRatio, isEnabled and pixelRatio give setPixelRatio."""
     stem = GETTER_RE.sub("", member)
@@ -446,6 +453,12 @@ class Composer:
                 member = hits[position].chunk.member
                 swapped += [setter] if GETTER_RE.match(member) else [position, setter]
             chosen = list(dict.fromkeys(swapped))[:self.max_sections]
+        # A section that names an answered member as `.member` (a setting that acts only with it: "used if
+        # .enableDamping is set to true"), of the same class, that the search completed the evidence with.
+        for position, hit in enumerate(hits):
+            if hit.source == "structure" and hit.chunk.member and any(
+                    refers_to(hit.chunk, hits[p].chunk) for p in chosen):
+                add(position)
         # A member section of a class the question points at through a typed property (`.shadow : LightShadow`),
         # that the search found by following it (rag.engine.complete), when it shares the question's words.
         answered = {hits[p].chunk.class_name for p in chosen} | {h.chunk.class_name for h in hits[:self.window]}

@@ -85,6 +85,24 @@ The halo of a Lamp.
 
 How far the halo spreads. Default is **2**.
 """,
+    "Dial.md": """# Dial
+
+A knob the viewer turns.
+
+## Properties
+
+### .friction : Float
+
+How hard the dial is to turn. Default is **0.2**.
+
+### .coast : Boolean
+
+Set to true to let the dial keep turning after it is let go. Default is **false**.
+
+### .coastTime : Float
+
+How long the dial keeps turning if .coast is set to true, in seconds. Default is **0.5**.
+""",
     "Halo.md": """# Halo
 
 The base class of halos.
@@ -184,3 +202,19 @@ def test_a_code_example_is_added_from_the_leading_class(reader):
 
     added = [h for h in hits if h.source == STRUCTURE]
     assert len(added) == 1 and added[0].chunk.class_name == "Halo" and "```" in added[0].chunk.text
+
+
+def test_a_setting_that_names_the_leading_member_is_added_and_answered(reader):
+    question = "The Dial stops at once though coast is on: why?"
+    plan, hits = complete(reader, question, hit_of(reader, "Dial", "coast"))
+
+    added = [h.chunk.member for h in hits if h.source == STRUCTURE]
+    assert added == ["coastTime"]  # its section names `.coast`; friction's does not
+    answer = ExtractiveGenerator().run(question, plan, list(hits))
+    assert "**Dial.coastTime**" in answer.text and "0.5" in answer.text
+
+
+def test_a_member_named_only_in_prose_is_not_a_dependent(reader):
+    _, hits = complete(reader, "How hard is the dial to turn?", hit_of(reader, "Dial", "friction"))
+
+    assert [h for h in hits if h.source == STRUCTURE] == []
