@@ -93,6 +93,7 @@ LIST_ITEM_RE = re.compile(r"(?:[-*] |\||\d+\. )")
 # A line defining a name: a parameter or option and what it is ("near — the near plane. Default is 0.1.").
 DEFINITION_RE = re.compile(r"[A-Za-z_$][\w$.]*(?:\s*:\s*[\w.\[\]]+)?\s+[-—–]\s+\S")
 DEFINITION_CHARS = 300
+DEFINED_NAME_RE = re.compile(r"(?:[-*] )?`?([A-Za-z_$][\w$]*)`?\s*,?\s*(?:--|[-—–:])\s")  # the name an item defines
 
 
 def split_sentences(text: str) -> list[str]:
@@ -544,7 +545,11 @@ class Composer:
         follow_ups = [i for i, s in enumerate(sentences) if FOLLOW_UP_RE.search(s)]
         limits = [i for i, s in enumerate(sentences)
                   if (intent.whether or intent.why) and scores[i] > 0 and LIMIT_RE.search(s)]
-        kept = list(dict.fromkeys([*best, *values, *follow_ups, *limits]))[:self.max_facts]
+        # A parameter or option the question names ("antialias - whether to perform antialiasing. Default is
+        # false."): its own item answers, before any sentence chosen by the question's other words.
+        named = [i for i, s in enumerate(sentences) if (item := DEFINED_NAME_RE.match(s)) and _stems(item.group(1))
+                 and _stems(item.group(1))[0] in tokens]
+        kept = list(dict.fromkeys([*named, *best, *values, *follow_ups, *limits]))[:self.max_facts]
         for i in list(kept):
             if i > 0 and i in values and len(sentences[i]) < SUBJECTLESS_CHARS and i - 1 not in kept:
                 kept.append(i - 1)

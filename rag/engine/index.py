@@ -539,13 +539,22 @@ def corpus_language(chunks: list[Chunk]) -> str:
     return "zh" if chinese * 2 > len(chunks) else "en"
 
 
+# A line of a section's parameter or option list: "antialias - whether to perform antialiasing",
+# "- center, -- the box's centre", "* size: the font size" (the name, then a dash or a colon).
+PARAMETER_LINE = re.compile(r"^(?:[-*+]\s+)?`?([A-Za-z_$][\w$]*)`?\s*,?\s*(?:--|[-—–:])\s")
+HEAD_PARAMETERS = 16  # parameter names a member's head field keeps
+
+
 def head_text(chunk: Chunk) -> str:
-    """Return a member's name and first sentence: the field that says what the member is for."""
+    """Return a member's name, first sentence and parameter names: the field that says what the member is for
+    and what it takes (a constructor documented with an options list is found by an option's name)."""
     if not chunk.member or chunk.part:
         return ""
     body = [line.strip() for line in chunk.text.splitlines()[1:] if line.strip() and not line.startswith(("#", "```"))]
     first = re.split(r"(?<=[。！？.!?])\s*", body[0])[0] if body else ""
-    return f"{chunk.member} {first[:120]}"
+    names = [m.group(1) for line in body if (m := PARAMETER_LINE.match(line)) and m.group(1) != chunk.member]
+    parameters = " ".join(list(dict.fromkeys(names))[:HEAD_PARAMETERS])
+    return f"{chunk.member} {first[:120]} {parameters}".rstrip()
 
 
 def build_head_index(chunks: list[Chunk], *, stem: bool = False):

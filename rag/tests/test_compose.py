@@ -207,3 +207,27 @@ def test_a_question_asking_a_value_leads_with_a_section_that_states_one():
     answer = Composer().run(question, plan(question), [wordy, stating], confidence="medium")
 
     assert answer.text.index("Archive.retention") < answer.text.index("Archive.listing")
+
+
+
+# A constructor documented by its options list, its options' lines mentioning the class and the words of creating
+# one more than the option asked about does.
+STAGE_NEW = hit("Stage", "Stage", "### Stage ( options : Object )\n\noptions - (optional) how a new Stage draws. "
+                "A Stage created without options uses sensible defaults.\n\n"
+                + "\n\n".join(f"{name} - {what}. Default is **{value}**." for name, what, value in (
+                    ("canvas", "the canvas a new Stage draws into when it is created", "a new canvas"),
+                    ("context", "the drawing context a Stage is created on", "null"),
+                    ("precision", "the shader precision of a new Stage", "high"),
+                    ("alpha", "whether the Stage canvas is created with an alpha channel", "false"),
+                    ("dither", "whether to dither colours", "false"),
+                    ("stencil", "whether the Stage keeps a stencil buffer", "true"))), group="Constructor")
+
+
+def test_an_option_the_question_names_is_answered_by_its_own_item():
+    # Room for two facts, one chosen by the question's words: the options named take both places.
+    generator = ExtractiveGenerator(composer=Composer(max_sentences=1, max_facts=2))
+    question = "When a Stage is created, are dither and alpha on by default?"
+    result = generator.run(question, plan(question, classes=["Stage"], members=["Stage"]), [STAGE_NEW])
+
+    assert "dither - whether to dither colours. Default is **false**." in result.text
+    assert "alpha - whether the Stage canvas is created with an alpha channel" in result.text

@@ -16,7 +16,8 @@ from conftest import make_store
 
 from rag.engine.embed import EmbeddingError, OpenAIEmbedder
 from rag.engine.index import (CHUNKS_FILE, FIELD_VECTORS_FILE, MANIFEST, VECTORS_FILE, IndexError_, VersionReader,
-                              table_name)
+                              head_text, table_name)
+from rag.engine.types import Chunk
 from rag.engine.text import sha1
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -546,3 +547,14 @@ def test_a_version_searched_through_the_ann_index_writes_no_in_memory_files(tmp_
     folder = store.version_dir("sdk", "v1")
     assert not (folder / VECTORS_FILE).exists() and not (folder / CHUNKS_FILE).exists()
     assert "memory_files" not in json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+
+
+def test_a_members_head_field_holds_its_name_first_sentence_and_parameter_names():
+    text = ("### Stage ( options : Object )\n\noptions - (optional) how the stage draws. More on options below.\n\n"
+            "canvas - the canvas it draws into.\n\n- `dither` -- whether to dither colours.\n\n"
+            "precision: the shader precision.\n\nA sentence - with a dash - is not a parameter.")
+    chunk = Chunk(chunk_id="c", source="Stage.md", title="Stage", class_name="Stage", class_alias="", member="Stage",
+                  heading_path=("Stage", "Constructor", "Stage ( options : Object )"), chunk_index=1, part=0, text=text)
+
+    assert head_text(chunk) == "Stage options - (optional) how the stage draws. options canvas dither precision"
+    assert head_text(dataclasses.replace(chunk, part=1)) == ""  # a section's later parts carry no head
