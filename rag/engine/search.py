@@ -167,6 +167,12 @@ class Searcher:
                 if name not in found:
                     extra, _ = top_positions(dense_scores, adopter.per_class, mask=reader.class_mask(name))
                     order.extend(extra)
+        # A member named with a leading underscore is internal by the convention of Python and JavaScript (PEP 8's
+        # "weak internal use indicator"); generators that document one (JSDoc without @private) put it beside the
+        # public API. It follows the public sections unless the question names it.
+        question = plan.corrected_question or plan.question
+        order = [i for i in order if not _internal(reader.chunks[i].member, question)] + \
+            [i for i in order if _internal(reader.chunks[i].member, question)]
         fused_score = dict(fused)
         follows = overviews = frozenset()
         if not classes:  # only the spread of a question naming no class reads them
@@ -179,6 +185,12 @@ class Searcher:
         return tuple(Hit(chunk=reader.chunks[i], score=fused_score.get(i, 0.0), source="rrf", rank=n,
                          raw_score=float(raw[i]))
                      for n, i in enumerate(adopted, start=1))
+
+
+def _internal(member: str, question: str) -> bool:
+    """Whether a member is internal by its name (`_exit`, not `__init__`) and the question does not write it."""
+    return member.startswith("_") and not (member.startswith("__") and member.endswith("__")) \
+        and member not in question
 
 
 def _reads(mode: str, side: str) -> bool:

@@ -340,3 +340,63 @@ def test_everyday_words_bring_the_member_the_docs_name_for_them(reader, counting
     assert (plain.plan.expansions, result.plan.expansions) == ((), (("发糊", "setPixelRatio"),))
     assert "setPixelRatio" not in [h.chunk.member for h in plain.hits[:3]]  # without the table: read as small talk
     assert (result.hits[0].chunk.class_name, result.hits[0].chunk.member) == ("WebGLRenderer", "setPixelRatio")
+
+
+INTERNAL_PAGES = {
+    "Parser.md": """# Parser
+
+Reads a command line.
+
+## Methods
+
+### .parse ( argv : Array ) : this
+
+Parses the command line arguments and runs the matching action.
+
+### ._parseArguments ( argv : Array ) : this
+
+Parses the command line arguments for the parser's own use.
+
+### .exitOverride ( handler : Function ) : this
+
+Calls the handler instead of exiting the process when parsing fails.
+""",
+}
+
+
+@pytest.fixture(scope="module")
+def internal_reader(tmp_path_factory, real_embedder) -> VersionReader:
+    from conftest import make_store
+
+    from rag.engine.chunk import chunk_documents
+    from rag.engine.ingest import read_folder
+
+    folder = tmp_path_factory.mktemp("internal")
+    (folder / "docs").mkdir()
+    for name, text in INTERNAL_PAGES.items():
+        (folder / "docs" / name).write_text(text, encoding="utf-8")
+    store = make_store(folder)
+    store.build("cli", "v1", chunk_documents(read_folder(folder / "docs")), real_embedder)
+    return VersionReader.open(store, "cli", "v1")
+
+
+def test_a_member_named_with_a_leading_underscore_follows_the_public_ones(internal_reader, real_embedder):
+    searcher = make_searcher(internal_reader, real_embedder)
+
+    asked = [h.chunk.member for h in searcher.run("How does the Parser parse command line arguments?").hits]
+    named = [h.chunk.member for h in searcher.run("What does Parser _parseArguments do?").hits]
+
+    assert asked.index("_parseArguments") > max(asked.index("parse"), asked.index("exitOverride"))
+    assert named[0] == "_parseArguments"  # written in the question: it keeps its place
+
+
+@pytest.mark.parametrize("member, question, internal", [
+    ("_exit", "how do I stop it exiting", True),
+    ("_exit", "what does _exit do", False),  # the question writes it
+    ("__init__", "how is it constructed", False),  # a dunder method is public API
+    ("exit", "how do I stop it exiting", False),
+])
+def test_a_leading_underscore_marks_an_internal_member(member, question, internal):
+    from rag.engine.search import _internal
+
+    assert _internal(member, question) is internal
