@@ -12,8 +12,8 @@ class Adopter:
 
     single: int = 5
     per_class: int = 3
-    spread: int = 5  # a question naming no class: its first picks come from up to this many different classes,
-    kept: int = 3  # after its first this-many fused chunks, which keep their places (see _spread)
+    spread: int = 5  # a question naming no class: its first picks, up to this many, come from different classes
+    kept: int = 3  # ... after its first this-many fused chunks, which keep their places (see _spread)
     class_evidence: int = 5  # a class's strength is the summed fused score of its best this-many chunks
 
     def run(self, fused: list[int], classes: list[str], class_of, excluded: set[int] = frozenset(),

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .compose import Intent, group_requires, setter_of
+from .compose import Intent, group_requires, refers_to, setter_of
 from .types import Hit, Plan
 
 STRUCTURE = "structure"  # Hit.source of an appended section
@@ -96,12 +96,10 @@ class Completer:
 
     @staticmethod
     def dependent_of(reader, chunk) -> int | None:
-        """The first member section of `chunk`'s class (in the page's order) whose text names `chunk`'s member as
-        `.member`, the way reference pages point at another member of the same class; None if none does."""
-        named = re.compile(r"(?<![\w$])\.%s(?![\w$])" % re.escape(chunk.member))
+        """The first member section of `chunk`'s class, in the page's order, that names `chunk`'s member as
+        `.member` (compose.refers_to); None if none does."""
         for position in np.flatnonzero(reader.class_mask(chunk.class_name) & reader.member_chunks):
-            other = reader.chunks[position]
-            if other.member not in (chunk.member, other.class_name) and named.search(other.text):
+            if refers_to(reader.chunks[position], chunk):
                 return int(position)
         return None
 

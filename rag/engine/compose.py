@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from .text import DEFINED_NAME_RE
 from .types import Answer, Citation, Hit, Plan
 
 # -- what the question asks ------------------------------------------------------------------------------
@@ -93,7 +94,6 @@ LIST_ITEM_RE = re.compile(r"(?:[-*] |\||\d+\. )")
 # A line defining a name: a parameter or option and what it is ("near — the near plane. Default is 0.1.").
 DEFINITION_RE = re.compile(r"[A-Za-z_$][\w$.]*(?:\s*:\s*[\w.\[\]]+)?\s+[-—–]\s+\S")
 DEFINITION_CHARS = 300
-DEFINED_NAME_RE = re.compile(r"(?:[-*] )?`?([A-Za-z_$][\w$]*)`?\s*,?\s*(?:--|[-—–:])\s")  # the name an item defines
 
 
 def split_sentences(text: str) -> list[str]:
@@ -292,8 +292,10 @@ def member_label(chunk) -> str:
 
 
 def refers_to(chunk, other) -> bool:
-    """Whether `chunk` is another member section of `other`'s class whose text names `other`'s member as `.member`."""
-    if not other.member or chunk.class_name != other.class_name or chunk.member in (other.member, ""):
+    """Whether `chunk` is another member section (not the constructor) of `other`'s class whose text names
+    `other`'s member as `.member`, the way reference pages point at another member of the same class."""
+    if not other.member or chunk.class_name != other.class_name or chunk.member in (other.member, "",
+                                                                                     chunk.class_name):
         return False
     return re.search(r"(?<![\w$])\.%s(?![\w$])" % re.escape(other.member), chunk.text) is not None
 

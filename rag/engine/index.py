@@ -34,7 +34,7 @@ from .catalog import Catalog  # noqa: E402
 from .objects import RemoteFolders  # noqa: E402
 from .probes import PROBES, probe_language  # noqa: E402
 from .embed import Embedder  # noqa: E402
-from .text import add_words, tokenize  # noqa: E402
+from .text import DEFINED_NAME_RE, add_words, tokenize  # noqa: E402
 from .types import Chunk  # noqa: E402
 
 EMBEDDING_CACHE_TABLE = "embedding_cache"
@@ -539,9 +539,6 @@ def corpus_language(chunks: list[Chunk]) -> str:
     return "zh" if chinese * 2 > len(chunks) else "en"
 
 
-# A line of a section's parameter or option list: "antialias - whether to perform antialiasing",
-# "- center, -- the box's centre", "* size: the font size" (the name, then a dash or a colon).
-PARAMETER_LINE = re.compile(r"^(?:[-*+]\s+)?`?([A-Za-z_$][\w$]*)`?\s*,?\s*(?:--|[-—–:])\s")
 HEAD_PARAMETERS = 16  # parameter names a member's head field keeps
 
 
@@ -552,7 +549,7 @@ def head_text(chunk: Chunk) -> str:
         return ""
     body = [line.strip() for line in chunk.text.splitlines()[1:] if line.strip() and not line.startswith(("#", "```"))]
     first = re.split(r"(?<=[。！？.!?])\s*", body[0])[0] if body else ""
-    names = [m.group(1) for line in body if (m := PARAMETER_LINE.match(line)) and m.group(1) != chunk.member]
+    names = [m.group(1) for line in body if (m := DEFINED_NAME_RE.match(line)) and m.group(1) != chunk.member]
     parameters = " ".join(list(dict.fromkeys(names))[:HEAD_PARAMETERS])
     return f"{chunk.member} {first[:120]} {parameters}".rstrip()
 

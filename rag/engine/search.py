@@ -171,8 +171,9 @@ class Searcher:
         # "weak internal use indicator"); generators that document one (JSDoc without @private) put it beside the
         # public API. It follows the public sections unless the question names it.
         question = plan.corrected_question or plan.question
-        order = [i for i in order if not _internal(reader.chunks[i].member, question)] + \
-            [i for i in order if _internal(reader.chunks[i].member, question)]
+        internal = {i for i in order if _internal(reader.chunks[i].member, question)}
+        if internal:
+            order = [i for i in order if i not in internal] + [i for i in order if i in internal]
         fused_score = dict(fused)
         follows = overviews = frozenset()
         if not classes:  # only the spread of a question naming no class reads them
