@@ -459,8 +459,7 @@ class Composer:
         # A section that names an answered member as `.member` (a setting that acts only with it: "used if
         # .enableDamping is set to true"), of the same class, that the search completed the evidence with.
         for position, hit in enumerate(hits):
-            if hit.source == "structure" and hit.chunk.member and any(
-                    refers_to(hit.chunk, hits[p].chunk) for p in chosen):
+            if hit.source == "structure" and any(refers_to(hit.chunk, hits[p].chunk) for p in chosen):
                 add(position)
         # A member section of a class the question points at through a typed property (`.shadow : LightShadow`),
         # that the search found by following it (rag.engine.complete), when it shares the question's words.
@@ -549,8 +548,8 @@ class Composer:
                   if (intent.whether or intent.why) and scores[i] > 0 and LIMIT_RE.search(s)]
         # A parameter or option the question names ("antialias - whether to perform antialiasing. Default is
         # false."): its own item answers, before any sentence chosen by the question's other words.
-        named = [i for i, s in enumerate(sentences) if (item := DEFINED_NAME_RE.match(s)) and _stems(item.group(1))
-                 and _stems(item.group(1))[0] in tokens]
+        defined = {i: _stems(item.group(1))[:1] for i, s in enumerate(sentences) if (item := DEFINED_NAME_RE.match(s))}
+        named = [i for i, name in defined.items() if name and name[0] in tokens]
         kept = list(dict.fromkeys([*named, *best, *values, *follow_ups, *limits]))[:self.max_facts]
         for i in list(kept):
             if i > 0 and i in values and len(sentences[i]) < SUBJECTLESS_CHARS and i - 1 not in kept:

@@ -247,10 +247,7 @@ class Bm25RewriteRoute:
             return
         reader = query.reader
         scores = reader.bm25_scores(reader.tokenize(query.keywords))
-        ids, values = top_positions(scores, query.depth, mask=scores > 0)
-        if ids:
-            yield make_ranking(RouteKind.BM25_REWRITE, ids, values, reader,
-                               weight=route_weight(RouteKind.BM25_REWRITE, query.plan))
+        yield from _found(RouteKind.BM25_REWRITE, scores, scores > 0, query)
 
 
 DEFAULT_ROUTES = tuple(f"{__name__}.{route.__name__}" for route in (
@@ -279,10 +276,10 @@ def nearest_chunks(reader: VersionReader, vector: np.ndarray, depth: int):
 
 
 def _found(kind: RouteKind, scores: np.ndarray, mask: np.ndarray, query: Query, within: str = "") -> Iterator[Ranking]:
-    """The ranking of the chunks within `mask` by `scores`, when there is any."""
+    """The ranking of the chunks within `mask` by `scores`, when there is any, weighted for the query's plan."""
     ids, values = top_positions(scores, query.depth, mask=mask)
     if ids:
-        yield make_ranking(kind, ids, values, query.reader, within)
+        yield make_ranking(kind, ids, values, query.reader, within, weight=route_weight(kind, query.plan))
 
 
 def make_ranking(kind: RouteKind, ids: list[int], scores: list[float], reader: VersionReader,

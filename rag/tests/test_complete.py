@@ -97,7 +97,7 @@ How hard the dial is to turn. Default is **0.2**.
 
 ### .coast : Boolean
 
-Set to true to let the dial keep turning after it is let go. Default is **false**.
+Set to true to let the dial keep turning after it is let go, whatever its friction. Default is **false**.
 
 ### .coastTime : Float
 
@@ -215,6 +215,7 @@ def test_a_setting_that_names_the_leading_member_is_added_and_answered(reader):
 
 
 def test_a_member_named_only_in_prose_is_not_a_dependent(reader):
+    # `.coast`'s section says "friction" as a word, not `.friction`: it does not depend on it.
     _, hits = complete(reader, "How hard is the dial to turn?", hit_of(reader, "Dial", "friction"))
 
     assert [h for h in hits if h.source == STRUCTURE] == []
