@@ -14,7 +14,7 @@ from .types import Chunk
 # Sphinx writes "Bases: `click.core.Command`"; qualified names are read by their last part (QUALIFIED_RE).
 INHERITANCE_RE = re.compile(
     r"(?:Inheritance|Inherits(?:\s+from)?|Extends|Bases|Base\s+class(?:es)?|继承自?|父类|基类)\s*[:：]?\s*"
-    r"([A-Za-z_$][\w$]*(?:\s*(?:→|->|>|<-|←|,)\s*[A-Za-z_$][\w$]*)*)", re.IGNORECASE)
+    r"([A-Za-z_$][A-Za-z0-9_$]*(?:\s*(?:→|->|>|<-|←|,)\s*[A-Za-z_$][A-Za-z0-9_$]*)*)", re.IGNORECASE)
 
 
 @dataclass
@@ -128,8 +128,8 @@ def inheritance_of(text: str, class_name: str) -> list[str]:
     return []
 
 
-QUALIFIED_RE = re.compile(r"[A-Za-z_$][\w$]*(?:(?:\.|::)[A-Za-z_$][\w$]*)+")
-MEMBER_TYPE_RE = re.compile(r"^\.?[A-Za-z_$][\w$]*\s*:\s*([A-Z][\w$]*)\s*$")
+QUALIFIED_RE = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*(?:(?:\.|::)[A-Za-z_$][A-Za-z0-9_$]*)+")
+MEMBER_TYPE_RE = re.compile(r"^\.?[A-Za-z_$][A-Za-z0-9_$]*\s*:\s*([A-Z][A-Za-z0-9_$]*)\s*$")
 
 
 def member_type(heading: str) -> str:

@@ -17,12 +17,12 @@ hits, marked `source="structure"`):
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from .compose import Intent, group_requires, refers_to, setter_of
+from .text import IDENTIFIER_RE
 from .types import Hit, Plan
 
 STRUCTURE = "structure"  # Hit.source of an appended section
@@ -51,7 +51,7 @@ class Completer:
                 added.append(position)
 
         window = [h.chunk for h in hits[:self.window]]
-        words = {w.lower().rstrip("s") for w in re.findall(r"[A-Za-z_$][\w$]*", plan.question)}
+        words = {w.lower().rstrip("s") for w in IDENTIFIER_RE.findall(plan.question)}
         for chunk in window:
             if chunk.member and len(chunk.heading_path) >= 3:
                 group = reader.group_position(chunk.source, chunk.heading_path[:2])

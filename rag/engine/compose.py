@@ -83,7 +83,7 @@ DEFAULT_RE = re.compile(r"\bdefaults?\b|\binitial value\b|默认|缺省|初始�
 # A sentence requiring something of the reader: "you will have to call .updateProjectionMatrix",
 # "must be set to true", "需要调用 update()", "必须先……".
 FOLLOW_UP_RE = re.compile(r"\b(?:must|need to|needs to|have to|has to|required|requires)\b|"
-                          r"\bcall(?:ed|ing)?\b[^.。]*\(|\bcall(?:ed|ing)?\s+`?\.?[A-Za-z_$][\w$]*|"
+                          r"\bcall(?:ed|ing)?\b[^.。]*\(|\bcall(?:ed|ing)?\s+`?\.?[A-Za-z_$][A-Za-z0-9_$]*|"
                           r"\bset\b[^.。]*\bto (?:true|false)\b|需要|必须|须要|务必|才能|才会|调用", _I)
 # A sentence saying what is not possible or what something is limited to.
 LIMIT_RE = re.compile(r"\bnot\b|\bcannot\b|\bcan't\b|\bonly\b|\bno longer\b|\bunsupported\b|\bignored\b|"
@@ -92,7 +92,7 @@ LIMIT_RE = re.compile(r"\bnot\b|\bcannot\b|\bcan't\b|\bonly\b|\bno longer\b|\bun
 GETTER_RE = re.compile(r"^(?:get|is|has)(?=[A-Z_])")
 LIST_ITEM_RE = re.compile(r"(?:[-*] |\||\d+\. )")
 # A line defining a name: a parameter or option and what it is ("near — the near plane. Default is 0.1.").
-DEFINITION_RE = re.compile(r"[A-Za-z_$][\w$.]*(?:\s*:\s*[\w.\[\]]+)?\s+[-—–]\s+\S")
+DEFINITION_RE = re.compile(r"[A-Za-z_$][A-Za-z0-9_$.]*(?:\s*:\s*[\w.\[\]]+)?\s+[-—–]\s+\S")
 DEFINITION_CHARS = 300
 
 
@@ -297,7 +297,7 @@ def refers_to(chunk, other) -> bool:
     if not other.member or chunk.class_name != other.class_name or chunk.member in (other.member, "",
                                                                                      chunk.class_name):
         return False
-    return re.search(r"(?<![\w$])\.%s(?![\w$])" % re.escape(other.member), chunk.text) is not None
+    return re.search(r"(?<![A-Za-z0-9_$])\.%s(?![A-Za-z0-9_$])" % re.escape(other.member), chunk.text) is not None
 
 
 def setter_of(member: str) -> str:

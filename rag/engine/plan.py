@@ -14,7 +14,7 @@ from rapidfuzz.distance import Levenshtein
 
 from .catalog import Catalog
 from .smalltalk import is_smalltalk
-from .text import HAN_RE, STOPWORDS
+from .text import HAN_RE, IDENTIFIER_RE, STOPWORDS
 from .types import Plan
 
 # Asking how to construct or configure a new instance points at the constructor (`### ClassName(...)`).
@@ -24,7 +24,7 @@ WORD_RE = re.compile(r"[A-Za-z0-9_$]+")
 # Where a pasted error or traceback starts: an exception's name and its colon (`TypeError:`,
 # `django.db.utils.OperationalError:`, `Uncaught TypeError:`), Python's traceback header and frames, a JavaScript stack frame. From
 # there to the end of its line the names are the error's, not the question's.
-ERROR_RE = re.compile(r"(?:Uncaught\s+(?:\(in promise\)\s*)?)?(?:[A-Za-z_$][\w$]*\.)*[A-Z][\w$]*(?:Error|Exception|Warning|Failure)\s*[:：]"
+ERROR_RE = re.compile(r"(?:Uncaught\s+(?:\(in promise\)\s*)?)?(?:[A-Za-z_$][A-Za-z0-9_$]*\.)*[A-Z][A-Za-z0-9_$]*(?:Error|Exception|Warning|Failure)\s*[:：]"
                       r"|Traceback \(most recent call last\)|^\s*File \"[^\"]*\", line \d+|^\s*at\s+[\w$.<>]+\s*\(",
                       re.MULTILINE)
 
@@ -35,7 +35,7 @@ def pasted_error_names(question: str) -> frozenset[str]:
     names = set()
     for match in ERROR_RE.finditer(question):
         end = question.find("\n", match.start())
-        names.update(re.findall(r"[A-Za-z_$][\w$]*", question[match.start(): end if end >= 0 else len(question)]))
+        names.update(IDENTIFIER_RE.findall(question[match.start(): end if end >= 0 else len(question)]))
     return frozenset(names)
 
 

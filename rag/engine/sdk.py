@@ -18,7 +18,7 @@ VERSION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,31}$")
 LATEST = "latest"  # the alias every versioned knowledge base has: its newest release, unless an admin gives it away
 
 # An identifier as a question writes an API name (`setAnimationLoop`, `WebGLRenderer.render`, `cairo_set_source()`).
-NAME_RE = re.compile(r"[A-Za-z_$][\w$]*(?:\.[A-Za-z_$][\w$]*)*(?:\s*\(\s*\))?")
+NAME_RE = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*(?:\.[A-Za-z_$][A-Za-z0-9_$]*)*(?:\s*\(\s*\))?")
 
 
 # -- order ----------------------------------------------------------------------------------------------------

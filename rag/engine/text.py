@@ -20,7 +20,7 @@ CAMEL_RE = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+[0-9]*|[A-Z]+[0-9]*|[0-
 HAN_RE = re.compile(r"[\u3400-\u9fff]")
 # The name an item of a parameter or option list defines: "antialias - whether to perform antialiasing",
 # "- center, -- the box's centre", "* size: the font size" (the name, then a dash or a colon); read with match().
-DEFINED_NAME_RE = re.compile(r"(?:[-*+]\s+)?`?([A-Za-z_$][\w$]*)`?\s*,?\s*(?:--|[-—–:])\s")
+DEFINED_NAME_RE = re.compile(r"(?:[-*+]\s+)?`?([A-Za-z_$][A-Za-z0-9_$]*)`?\s*,?\s*(?:--|[-—–:])\s")
 
 # Function words that carry no retrieval signal. Short on purpose: BM25's IDF handles the rest.
 STOPWORDS = frozenset(

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from rag.engine.compose import Composer, read_intent, setter_of
+from rag.engine.compose import Composer, read_intent, refers_to, setter_of
 from rag.engine.generate import CITATION_RE, ExtractiveGenerator
 from rag.engine.types import Chunk, Hit, Plan
 
@@ -231,3 +231,17 @@ def test_an_option_the_question_names_is_answered_by_its_own_item():
 
     assert "dither - whether to dither colours. Default is **false**." in result.text
     assert "alpha - whether the Stage canvas is created with an alpha channel" in result.text
+
+
+@pytest.mark.parametrize("text, refers", [
+    (".specular高亮的程度，越高的值越闪亮。默认值为 **30**。", True),  # Chinese prose right after the name
+    ("如果 .specular。", True),
+    ("See .specularMap for the texture.", False),  # another member whose name begins the same
+    ("the specular colour", False),  # a plain word, not `.member`
+])
+def test_a_section_refers_to_a_member_it_writes_as_dot_name_even_in_chinese_prose(text, refers):
+    # Python's \w matches Han characters: an identifier boundary must be ASCII, or "specular高亮" hides the name.
+    shininess = hit("Phong", "shininess", f"### .shininess : Float\n\n{text}").chunk
+    specular = hit("Phong", "specular", "### .specular : Color\n\nThe highlight colour.").chunk
+
+    assert refers_to(shininess, specular) is refers

@@ -189,6 +189,7 @@ def test_an_unknown_api_name_alone_is_out_of_catalog(planner):
     "django.db.utils.OperationalError: no such table: rag_knowledgebase",
     "Traceback (most recent call last):\n  File \"app.py\", line 3, in <module>\nKeyError: 'SceneGraphNode'\nwhat now?",
     "我这样写报错了 Uncaught TypeError: WidgetFactory is not a constructor\n    at init (main.js:12:5)",
+    "控制台报错 TypeError: WidgetFactory不是构造函数，怎么办",  # Han right after the name (Python's \\w matches it)
 ])
 def test_a_class_like_name_in_a_pasted_error_is_the_errors_not_an_unknown_api(planner, question):
     plan = planner.run(question)
