@@ -94,6 +94,7 @@ LIST_ITEM_RE = re.compile(r"(?:[-*] |\||\d+\. )")
 # A line defining a name: a parameter or option and what it is ("near — the near plane. Default is 0.1.").
 DEFINITION_RE = re.compile(r"[A-Za-z_$][A-Za-z0-9_$.]*(?:\s*:\s*[\w.\[\]]+)?\s+[-—–]\s+\S")
 DEFINITION_CHARS = 300
+COMMENT_MARKS = ("//", "#", "/*", "*", "--", "<!--")  # a line of code that is a comment, in the usual languages
 
 
 def split_sentences(text: str) -> list[str]:
@@ -350,7 +351,7 @@ class Composer:
     max_facts: int = 5  # sentences of one section in all
     max_options: int = 12  # list items kept when the question asks which options there are
     max_quotes: int = 2  # supporting quotes after the sections, one sentence each
-    max_code_lines: int = 16  # a longer code example is left to the cited section
+    max_code_lines: int = 16  # lines of code an example shows (blank lines not counted); see shown_code
     whole_chars: int = 280  # a callable's section this short is quoted whole, as a list (its parameters)
     related_sections: int = 3
     _numbers: dict[int, int] = field(default_factory=dict, init=False, repr=False)
@@ -579,11 +580,36 @@ class Composer:
         note = self.group_note(hits, chunk)
         if note is not None and note[0] not in self._numbers:  # a group's note is given once
             block += "\n\n" + joined(note[1]) + f" {self.cite(note[0])}"
-        code = 2 < len(section.code) <= self.max_code_lines and (
-            lead or (not has_code and (intent.code or intent.howto)))
+        shown = self.shown_code(section.code, {chunk.member} - {""})
+        code = bool(shown) and (lead or (not has_code and (intent.code or intent.howto)))
         if code:
-            block += "\n\n" + "\n".join(section.code)
+            block += "\n\n" + "\n".join(shown)
         return block, code
+
+    def shown_code(self, code: tuple[str, ...], names: set[str]) -> tuple[str, ...]:
+        """A section's code example as an answer shows it: whole when it has at most `max_code_lines` lines of code
+        (its fences and blank lines not counted); a longer one up to its last line, within that many, that uses a
+        member the answer gives (`geometry.setAttribute(…)`; a comment naming it, up to the statement it describes),
+        then `…`; () when it has none of those."""
+        body = code[1:-1]
+        if not any(line.strip() for line in body):
+            return ()
+        if sum(1 for line in body if line.strip()) <= self.max_code_lines:
+            return code
+        uses = re.compile(r"(?<![A-Za-z0-9_$])(?:%s)(?![A-Za-z0-9_$])" % "|".join(map(re.escape, sorted(names)))) \
+            if names else None
+        cut, counted = None, 0
+        for n, line in enumerate(body):
+            counted += bool(line.strip())
+            if counted > self.max_code_lines:
+                break
+            if uses is not None and uses.search(line):
+                cut = n
+        if cut is None:
+            return ()
+        while cut + 1 < len(body) and (not body[cut].strip() or body[cut].lstrip().startswith(COMMENT_MARKS)):
+            cut += 1  # a comment names what the statement after it does: the example ends with that statement
+        return (code[0], *body[:cut + 1], "…", code[-1])
 
     @staticmethod
     def group_note(hits: list[Hit], chunk) -> tuple[int, list[str]] | None:
@@ -598,14 +624,15 @@ class Composer:
     def example(self, hits: list[Hit], focus: list[int], chinese: bool) -> str:
         """A short code example from the evidence of a class answered, when no answered section has one."""
         classes = {hits[p].chunk.class_name for p in focus}
+        names = {hits[p].chunk.member for p in focus} - {""}
         for position, hit in enumerate(hits):
             if hit.chunk.class_name not in classes:
                 continue
-            section = read_section(hit.chunk)
-            if 2 < len(section.code) <= self.max_code_lines:
+            shown = self.shown_code(read_section(hit.chunk).code, names)
+            if shown:
                 where, mark = member_label(hit.chunk), self.cite(position)
                 head = f"{EXAMPLE[0]}（{where}）{mark}：" if chinese else f"{EXAMPLE[1]} ({where}) {mark}:"
-                return head + "\n\n" + "\n".join(section.code)
+                return head + "\n\n" + "\n".join(shown)
         return ""
 
     def quote(self, tokens: list[str], intent: Intent, hit: Hit, position: int) -> str:

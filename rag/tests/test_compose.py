@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from rag.engine.compose import Composer, read_intent, refers_to, setter_of
+from rag.engine.compose import Composer, read_intent, read_section, refers_to, setter_of
 from rag.engine.generate import CITATION_RE, ExtractiveGenerator
 from rag.engine.types import Chunk, Hit, Plan
 
@@ -245,3 +245,29 @@ def test_a_section_refers_to_a_member_it_writes_as_dot_name_even_in_chinese_pros
     specular = hit("Phong", "specular", "### .specular : Color\n\nThe highlight colour.").chunk
 
     assert refers_to(shininess, specular) is refers
+
+
+
+def example(*lines: str) -> tuple[str, ...]:
+    text = "### .fill ( colour : Color ) : this\n\nFills the board with one colour.\n\n```js\n" + "\n".join(lines) + "\n```"
+    return read_section(hit("Board", "fill", text, group="Methods").chunk).code
+
+
+def test_a_long_code_example_is_shown_up_to_the_statement_that_uses_the_member_answered():
+    before, after = [f"const a{n} = {n};" for n in range(6)], [f"const b{n} = {n};" for n in range(14)]
+    shown = Composer().shown_code(example(*before, "board.fill( red );", *after), {"fill"})
+    assert shown[-3:] == ("board.fill( red );", "…", "```") and shown[1:7] == tuple(before)
+
+    # A comment naming the member describes the statement after it: the example ends with that statement.
+    shown = Composer().shown_code(example(*before, "// fill it red", "", "board.paint( red );", *after), {"fill"})
+    assert shown[-3:] == ("board.paint( red );", "…", "```")
+
+    late = [f"const c{n} = {n};" for n in range(16)]  # the member's line would be the 17th line of code
+    assert Composer().shown_code(example(*late, "board.fill( red );"), {"fill"}) == ()
+
+
+def test_a_code_examples_blank_lines_do_not_count_against_its_length():
+    spaced = "\n\n".join(f"const a{n} = {n};" for n in range(15)).splitlines()  # 15 lines of code, 29 in all
+    code = example(*spaced, "board.render();")
+
+    assert Composer().shown_code(code, set()) == code
