@@ -436,6 +436,12 @@ class Composer:
         for name in plan.classes[1:] if len(plan.classes) > 1 else ():
             if not any(hits[p].chunk.class_name == name for p in chosen):
                 add(next((p for p, h in enumerate(hits) if h.chunk.class_name == name), None))
+        if plan.members and chosen and all(m in plan.classes for m in plan.members):
+            # Only a constructor named ("beyond what I passed to the constructor"): a member section the search
+            # ranked above it, sharing the question's words, is answered too, in the search's order.
+            above = [p for p, h in enumerate(hits[:min(chosen[0], self.window)])
+                     if h.chunk.member and h.source != "structure" and self.related(tokens, h.chunk)]
+            chosen[:0] = above[:self.max_sections - len(chosen)]
         if not plan.members:
             # No member named: the answer may take several members ("the defaults of the dash and the gap"), so
             # each member section among the first hits that shares the question's words is answered in full, the

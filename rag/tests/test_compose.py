@@ -271,3 +271,15 @@ def test_a_code_examples_blank_lines_do_not_count_against_its_length():
     code = example(*spaced, "board.render();")
 
     assert Composer().shown_code(code, set()) == code
+
+
+def test_a_member_ranked_above_a_constructor_the_question_only_alludes_to_is_answered_first():
+    question = "Can I raise the number of tiles of a Grid beyond what I passed to the constructor?"
+    hits = [hit("Grid", "tiles", "### .tiles : Integer\n\nThe number of tiles. It can be lowered at runtime; for more"
+                " tiles than the constructor was given, create a new Grid.", group="Properties"),
+            hit("Grid", "Grid", "### Grid ( tiles : Integer )\n\ntiles - the number of tiles.", group="Constructor"),
+            hit("Grid", "clear", "### .clear () : this\n\nEmpties every tile.", group="Methods")]
+
+    text = answer(question, hits, classes=["Grid"], members=["Grid"]).text
+
+    assert text.index("**Grid.tiles**") < text.index("**Grid**") and "create a new Grid" in text
