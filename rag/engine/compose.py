@@ -301,6 +301,13 @@ def refers_to(chunk, other) -> bool:
     return re.search(r"(?<![A-Za-z0-9_$])\.%s(?![A-Za-z0-9_$])" % re.escape(other.member), chunk.text) is not None
 
 
+def about(chunk, classes: set[str]) -> bool:
+    """Whether a section is about one of the classes a question names: it documents one, or its text names one
+    (`Line.computeLineDistances`: "the distances LineDashedMaterial needs"); any section when none is named."""
+    return not classes or chunk.class_name in classes or any(
+        re.search(r"(?<![A-Za-z0-9_$])%s(?![A-Za-z0-9_$])" % re.escape(name), chunk.text) for name in classes)
+
+
 def setter_of(member: str) -> str:
     """The setter a getter or property would have: getPixelRatio, isEnabled and pixelRatio give setPixelRatio."""
     stem = GETTER_RE.sub("", member)
@@ -447,7 +454,8 @@ class Composer:
             # each member section among the first hits that shares the question's words is answered in full, the
             # one whose sentences cover most of the question first.
             for position, hit in enumerate(hits[:self.window + 1]):
-                if hit.chunk.member and hit.source != "structure" and self.related(tokens, hit.chunk):
+                if hit.chunk.member and hit.source != "structure" and self.related(tokens, hit.chunk) \
+                        and about(hit.chunk, owners):
                     add(position)
             if not plan.pasted_error:
                 # A question asking a value ("how many", "the default") is answered first by a section that states

@@ -283,3 +283,17 @@ def test_a_member_ranked_above_a_constructor_the_question_only_alludes_to_is_ans
     text = answer(question, hits, classes=["Grid"], members=["Grid"]).text
 
     assert text.index("**Grid.tiles**") < text.index("**Grid**") and "create a new Grid" in text
+
+
+def test_a_section_of_another_class_is_answered_in_full_only_when_it_names_the_class_asked_about():
+    question = "Why does my DashPen draw solid lines, and what is its default dash length?"
+    hits = [hit("DashPen", "dash", "### .dash : Float\n\nThe length of a dash. Default is **3**."),
+            hit("Stroke", "measure", "### .measure () : this\n\nComputes the lengths DashPen needs to draw dashes;"
+                " without them lines are solid.", group="Methods"),
+            hit("Audio", "loop", "### .loop : Boolean\n\nWhether the sound plays again, solid or not. Default is"
+                " **false**.")]
+
+    text = answer(question, hits, classes=["DashPen"]).text
+
+    assert "**Stroke.measure**" in text  # its text names DashPen: it is about the class asked about
+    assert "**Audio.loop**" not in text  # shares a word, names no class asked about: at most quoted
