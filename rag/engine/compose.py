@@ -46,6 +46,8 @@ OPTIONS_RE = re.compile(r"哪些|哪几|什么类型|什么值|可选|选项|\bw
                         r"\boptions\b|\bpossible values\b", _I)
 SIGNATURE_RE = re.compile(r"参数|签名|返回值|返回什么|\bsignatures?\b|\bparameters?\b|\barguments?\b|\breturns?\b", _I)
 CODE_RE = re.compile(r"代码|示例|例子|样例|写法|\bexamples?\b|\bsnippet\b|\bsample\b|\bcode\b", _I)
+LIMITS_RE = re.compile(r"限制|局限|注意事项|要注意|需要注意|注意什么|\blimitations?\b|\brestrictions?\b|\bcaveats?\b|"
+                       r"\bgotchas?\b|\bconstraints?\b|\bpitfalls?\b", _I)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +64,7 @@ class Intent:
     options: bool = False  # which values, types or options
     signature: bool = False  # parameters, a return type
     code: bool = False  # an example
+    limits: bool = False  # what something cannot do or requires: its limitations, caveats
 
     def kinds(self) -> tuple[str, ...]:
         return tuple(name for name in self.__slots__ if getattr(self, name))
@@ -73,7 +76,8 @@ def read_intent(question: str) -> Intent:
                   change=bool(CHANGE_RE.search(question)), read=bool(READ_RE.search(question)),
                   why=bool(WHY_RE.search(question)), whether=bool(WHETHER_RE.search(question)),
                   compare=bool(COMPARE_RE.search(question)), options=bool(OPTIONS_RE.search(question)),
-                  signature=bool(SIGNATURE_RE.search(question)), code=bool(CODE_RE.search(question)))
+                  signature=bool(SIGNATURE_RE.search(question)), code=bool(CODE_RE.search(question)),
+                  limits=bool(LIMITS_RE.search(question)))
 
 
 # -- what a section says ---------------------------------------------------------------------------------
@@ -87,7 +91,7 @@ FOLLOW_UP_RE = re.compile(r"\b(?:must|need to|needs to|have to|has to|required|r
                           r"\bset\b[^.。]*\bto (?:true|false)\b|需要|必须|须要|务必|才能|才会|调用", _I)
 # A sentence saying what is not possible or what something is limited to.
 LIMIT_RE = re.compile(r"\bnot\b|\bcannot\b|\bcan't\b|\bonly\b|\bno longer\b|\bunsupported\b|\bignored\b|"
-                      r"不能|不可|无法|不是|不会|不支持|无效|仅|只有|只能", _I)
+                      r"不能|不可|无法|不是|不会|不支持|无效|仅|只", _I)
 # A getter and its setter: getPixelRatio / setPixelRatio, isEnabled / setEnabled, a property x / setX.
 GETTER_RE = re.compile(r"^(?:get|is|has)(?=[A-Z_])")
 LIST_ITEM_RE = re.compile(r"(?:[-*] |\||\d+\. )")
@@ -358,6 +362,7 @@ class Composer:
     max_facts: int = 5  # sentences of one section in all
     max_options: int = 12  # list items kept when the question asks which options there are
     max_quotes: int = 2  # supporting quotes after the sections, one sentence each
+    max_limits: int = 3  # ... and, asked for limitations, up to this many it rules out or requires
     max_code_lines: int = 16  # lines of code an example shows (blank lines not counted); see shown_code
     whole_chars: int = 280  # a callable's section this short is quoted whole, as a list (its parameters)
     related_sections: int = 3
@@ -559,8 +564,10 @@ class Composer:
         values = [i for i, s in enumerate(sentences) if DEFAULT_RE.search(s) and (scores[i] > 0 or (
             is_property and (intent.value or len(sentences) <= 4)))]
         follow_ups = [i for i, s in enumerate(sentences) if FOLLOW_UP_RE.search(s)]
-        limits = [i for i, s in enumerate(sentences)
-                  if (intent.whether or intent.why) and scores[i] > 0 and LIMIT_RE.search(s)]
+        # For a yes-or-no or a why, what it rules out that the question speaks of; asked for its limitations,
+        # everything it rules out or requires ("不支持阴影。", "Only MeshStandardMaterial is supported.").
+        limits = [i for i, s in enumerate(sentences) if LIMIT_RE.search(s) and (
+            intent.limits or ((intent.whether or intent.why) and scores[i] > 0))]
         # A parameter or option the question names ("antialias - whether to perform antialiasing. Default is
         # false."): its own item answers, before any sentence chosen by the question's other words.
         defined = {i: _stems(item.group(1))[:1] for i, s in enumerate(sentences) if (item := DEFINED_NAME_RE.match(s))}
@@ -663,6 +670,9 @@ class Composer:
         chosen = [best]
         if intent.value:
             chosen += [i for i, s in enumerate(section.sentences) if DEFAULT_RE.search(s) and i != best][:1]
+        if intent.limits:  # asked for limitations: what the section rules out or requires
+            chosen += [i for i, s in enumerate(section.sentences)
+                       if (LIMIT_RE.search(s) or FOLLOW_UP_RE.search(s)) and i not in chosen][:self.max_limits]
         where = member_label(hit.chunk)
         if section.signature and hit.chunk.member and section.signature.lstrip(".") != hit.chunk.member:
             where = f"{where} (`{section.signature}`)"

@@ -297,3 +297,18 @@ def test_a_section_of_another_class_is_answered_in_full_only_when_it_names_the_c
 
     assert "**Stroke.measure**" in text  # its text names DashPen: it is about the class asked about
     assert "**Audio.loop**" not in text  # shares a word, names no class asked about: at most quoted
+
+
+@pytest.mark.parametrize("question", ["What are the limitations of a GlowLight?", "GlowLight 使用时有哪些限制？"])
+def test_asked_for_limitations_the_answer_gives_what_the_docs_rule_out_or_require(question):
+    overview = ("# GlowLight\n\nA light that glows from a flat panel, like a bright window.\n\nNotes:\n\n"
+                "- Shadows are not supported.\n- Only works with the Standard and Physical materials.\n"
+                "- You have to call GlowLib.init() first.\n")
+    hits = [hit("GlowLight", "GlowLight", "### GlowLight ( colour : Integer, width : Float )\n\ncolour - the colour."
+                " width - the width of the panel. Default is 10.", group="Constructor"),
+            hit("GlowLight", "", overview, group="")]
+
+    text = answer(question, hits, classes=["GlowLight"]).text
+
+    assert "not supported" in text and "Only works with the Standard" in text and "GlowLib.init()" in text
+    assert read_intent(question).limits and not read_intent("What is the default width of a GlowLight?").limits
