@@ -302,14 +302,19 @@ def refers_to(chunk, other) -> bool:
     if not other.member or chunk.class_name != other.class_name or chunk.member in (other.member, "",
                                                                                      chunk.class_name):
         return False
-    return re.search(r"(?<![A-Za-z0-9_$])\.%s(?![A-Za-z0-9_$])" % re.escape(other.member), chunk.text) is not None
+    return names_re([other.member], prefix=r"\.").search(chunk.text) is not None
 
 
 def about(chunk, classes: set[str]) -> bool:
     """Whether a section is about one of the classes a question names: it documents one, or its text names one
     (`Line.computeLineDistances`: "the distances LineDashedMaterial needs"); any section when none is named."""
-    return not classes or chunk.class_name in classes or any(
-        re.search(r"(?<![A-Za-z0-9_$])%s(?![A-Za-z0-9_$])" % re.escape(name), chunk.text) for name in classes)
+    return not classes or chunk.class_name in classes or names_re(classes).search(chunk.text) is not None
+
+
+def names_re(names, prefix: str = "") -> re.Pattern:
+    """Any of these identifiers written whole: bounded by characters that cannot continue an identifier (ASCII:
+    Python's \\w matches Han, and Chinese prose runs on right after a name, as in ".specular高亮")."""
+    return re.compile(r"(?<![A-Za-z0-9_$])%s(?:%s)(?![A-Za-z0-9_$])" % (prefix, "|".join(map(re.escape, sorted(names)))))
 
 
 def setter_of(member: str) -> str:
@@ -617,8 +622,7 @@ class Composer:
             return ()
         if sum(1 for line in body if line.strip()) <= self.max_code_lines:
             return code
-        uses = re.compile(r"(?<![A-Za-z0-9_$])(?:%s)(?![A-Za-z0-9_$])" % "|".join(map(re.escape, sorted(names)))) \
-            if names else None
+        uses = names_re(names) if names else None
         cut, counted = None, 0
         for n, line in enumerate(body):
             counted += bool(line.strip())
