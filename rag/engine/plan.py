@@ -29,6 +29,20 @@ ERROR_RE = re.compile(r"(?:Uncaught\s+(?:\(in promise\)\s*)?)?(?:[A-Za-z_$][A-Za
                       re.MULTILINE)
 
 
+def _written_first(question: str, unknown: list[str], classes: list[str]) -> bool:
+    """Whether the question writes an unknown API before any class of the catalog it names by name: the API it
+    names first is what it asks about ("CSS3DRenderer 怎么和 WebGLRenderer 叠在一起用"); one written after a
+    known class is a detail around it ("PointsMaterial not rendering in Edge WebVR"). A class named only by an
+    alias gives no order: the question stays a documentation question."""
+    def position(name: str) -> int:
+        match = re.search(r"(?<![A-Za-z0-9_$])%s(?![A-Za-z0-9_$])" % re.escape(name), question)
+        return match.start() if match else -1
+
+    known = [p for p in map(position, classes) if p >= 0]
+    first = [p for p in map(position, unknown) if p >= 0]
+    return bool(known and first) and min(first) < min(known)
+
+
 def pasted_error_names(question: str) -> frozenset[str]:
     """The identifiers inside the error lines a question pastes: an unknown class-like name among them is
     part of the error (its type, a table, a module), not an API the question asks about."""
@@ -266,7 +280,8 @@ class Planner:
 
         # A question that writes this catalog's own code-shaped members (`cairo_surface_set_device_scale`) apart
         # from the unknown name asks about these docs: "HiDPI" beside them is a word, not a missing API.
-        if unknown and not classes and not any(not set(parts) & set(unknown) for _, parts in code_members):
+        if unknown and (not classes or _written_first(asked, unknown, classes)) \
+                and not any(not set(parts) & set(unknown) for _, parts in code_members):
             kind, reason = "out_of_catalog", "names an API that is not in this knowledge base: " + ", ".join(unknown)
         else:
             kind, reason = "doc", ""

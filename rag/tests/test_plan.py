@@ -209,6 +209,15 @@ def test_an_unknown_api_name_next_to_a_catalog_class_stays_a_doc_question(planne
     assert (plan.kind, plan.classes, plan.unknown_identifiers) == ("doc", ("PerspectiveCamera",), ("ArcRotateCamera",))
 
 
+@pytest.mark.parametrize("question", ["ArcRotateCamera 怎么和 PerspectiveCamera 一起用？",
+                                      "How do I use an ArcRotateCamera together with a PerspectiveCamera?"])
+def test_a_question_that_writes_an_unknown_api_before_any_catalog_class_is_about_it(planner, question):
+    # The API written first is what the question asks about; the docs lack it, whatever else it names.
+    plan = planner.run(question)
+
+    assert (plan.kind, plan.unknown_identifiers) == ("out_of_catalog", ("ArcRotateCamera",))
+
+
 @pytest.mark.parametrize(
     "question",
     ["Explain how the fog near distance works", "Please show how to enable damping", "Tell me about the fog"],
