@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from .text import DEFINED_NAME_RE
+from .text import DEFINED_NAME_RE, names_re
 from .types import Answer, Citation, Hit, Plan
 
 # -- what the question asks ------------------------------------------------------------------------------
@@ -309,12 +309,6 @@ def about(chunk, classes: set[str]) -> bool:
     """Whether a section is about one of the classes a question names: it documents one, or its text names one
     (`Line.computeLineDistances`: "the distances LineDashedMaterial needs"); any section when none is named."""
     return not classes or chunk.class_name in classes or names_re(classes).search(chunk.text) is not None
-
-
-def names_re(names, prefix: str = "") -> re.Pattern:
-    """Any of these identifiers written whole: bounded by characters that cannot continue an identifier (ASCII:
-    Python's \\w matches Han, and Chinese prose runs on right after a name, as in ".specular高亮")."""
-    return re.compile(r"(?<![A-Za-z0-9_$])%s(?:%s)(?![A-Za-z0-9_$])" % (prefix, "|".join(map(re.escape, sorted(names)))))
 
 
 def setter_of(member: str) -> str:

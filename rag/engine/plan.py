@@ -14,7 +14,7 @@ from rapidfuzz.distance import Levenshtein
 
 from .catalog import Catalog
 from .smalltalk import is_smalltalk
-from .text import HAN_RE, IDENTIFIER_RE, STOPWORDS
+from .text import HAN_RE, IDENTIFIER_RE, STOPWORDS, names_re
 from .types import Plan
 
 # Asking how to construct or configure a new instance points at the constructor (`### ClassName(...)`).
@@ -35,7 +35,7 @@ def _written_first(question: str, unknown: list[str], classes: list[str]) -> boo
     known class is a detail around it ("PointsMaterial not rendering in Edge WebVR"). A class named only by an
     alias gives no order: the question stays a documentation question."""
     def position(name: str) -> int:
-        match = re.search(r"(?<![A-Za-z0-9_$])%s(?![A-Za-z0-9_$])" % re.escape(name), question)
+        match = names_re([name]).search(question)
         return match.start() if match else -1
 
     known = [p for p in map(position, classes) if p >= 0]

@@ -22,6 +22,13 @@ HAN_RE = re.compile(r"[\u3400-\u9fff]")
 # "- center, -- the box's centre", "* size: the font size" (the name, then a dash or a colon); read with match().
 DEFINED_NAME_RE = re.compile(r"(?:[-*+]\s+)?`?([A-Za-z_$][A-Za-z0-9_$]*)`?\s*,?\s*(?:--|[-—–:])\s")
 
+
+def names_re(names, prefix: str = "") -> re.Pattern:
+    """Any of these identifiers written whole: bounded by characters that cannot continue an identifier (ASCII:
+    Python's \\w matches Han, and Chinese prose runs on right after a name, as in ".specular高亮")."""
+    return re.compile(r"(?<![A-Za-z0-9_$])%s(?:%s)(?![A-Za-z0-9_$])" % (prefix, "|".join(map(re.escape, sorted(names)))))
+
+
 # Function words that carry no retrieval signal. Short on purpose: BM25's IDF handles the rest.
 STOPWORDS = frozenset(
     """
