@@ -180,10 +180,16 @@ class Planner:
             called = raw.rstrip().endswith(")")
             dotted = raw.startswith(".") or "." in raw.strip(".")
             parts = [p for p in re.sub(r"\s*\(\s*\)$", "", raw).strip(".").split(".") if p]
+            # `click.IntRange`, `werkzeug.exceptions.NotFound`: the parts before a class are its namespace (a
+            # module page of the same name is a hint, not a class the question asks about).
+            namespace = max((n for n, p in enumerate(parts) if n and self._class_of(p)), default=0)
             for position, token in enumerate(parts):
                 last = position == len(parts) - 1
                 explicit_member = dotted and (position > 0 or raw.startswith(".")) or called and last
                 name = self._class_of(token)
+                if name and position < namespace:
+                    add(hinted, name)
+                    continue
                 # `THREE.PointsMaterial` names the class: its constructor is a member of the same name.
                 if name and not (explicit_member and token in self._members and token != name):
                     if token == name and token.islower() and not (dotted or called or is_chinese or terse):

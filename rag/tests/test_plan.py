@@ -437,6 +437,22 @@ def test_a_property_whose_type_is_a_documented_class_hints_that_class_and_its_an
     assert planner.run("SpotLight cone is too wide").hinted_classes == ()
 
 
+def test_the_parts_before_a_class_in_a_dotted_name_are_its_namespace_not_classes_asked_about(tmp_path):
+    (tmp_path / "toolkit.md").write_text(
+        "# toolkit\n\nThe module's functions.\n\n### echo ( message )\n\nPrints a message.\n", encoding="utf-8")
+    (tmp_path / "IntSpan.md").write_text(
+        "# IntSpan\n\nRestricts an integer to a span.\n\n### clamp : bool\n\nClamp instead of failing.\n",
+        encoding="utf-8")
+    from rag.engine.chunk import chunk_documents
+    from rag.engine.ingest import read_folder
+
+    planner = Planner(Catalog.from_chunks(chunk_documents(read_folder(tmp_path))))
+    plan = planner.run("With toolkit.IntSpan, what happens to a value out of the span?")
+
+    assert (plan.classes, plan.hinted_classes) == (("IntSpan",), ("toolkit",))
+    assert planner.run("What does toolkit.echo print?").classes == ("toolkit",)  # the class of a member named on it
+
+
 # -- everyday words ----------------------------------------------------------------------------------
 
 
