@@ -305,6 +305,12 @@ def refers_to(chunk, other) -> bool:
     return names_re([other.member], prefix=r"\.").search(chunk.text) is not None
 
 
+def same_section(chunk, other) -> bool:
+    """Whether two chunks are parts of one section (a long section is cut into several chunks)."""
+    return (chunk.source, chunk.heading_path, chunk.member, chunk.anchor) == (
+        other.source, other.heading_path, other.member, other.anchor)
+
+
 def about(chunk, classes: set[str]) -> bool:
     """Whether a section is about one of the classes a question names: it documents one, or its text names one
     (`Line.computeLineDistances`: "the distances LineDashedMaterial needs"); any section when none is named."""
@@ -400,7 +406,7 @@ class Composer:
         for position in range(len(hits)):
             if position in self._numbers or len(quotes) >= self.max_quotes:
                 continue
-            quote = self.quote(tokens, intent, hits[position], position)
+            quote = self.quote(tokens, intent, hits[position], position, said="\n".join(parts + quotes))
             if quote:
                 quotes.append(quote)
         if quotes:
@@ -427,7 +433,9 @@ class Composer:
         chosen: list[int] = []
 
         def add(position: int | None) -> None:
-            if position is not None and position not in chosen and len(chosen) < self.max_sections:
+            # One block per section: another part of a long section already answered is at most quoted.
+            if position is not None and position not in chosen and len(chosen) < self.max_sections \
+                    and not any(same_section(hits[position].chunk, hits[p].chunk) for p in chosen):
                 chosen.append(position)
 
         for member in plan.members:
@@ -654,23 +662,27 @@ class Composer:
                 return head + "\n\n" + "\n".join(shown)
         return ""
 
-    def quote(self, tokens: list[str], intent: Intent, hit: Hit, position: int) -> str:
-        """One line for a supporting section: its best sentence by the question's words, and its value sentence
-        when the question asks for a value; nothing when it shares no word with the question."""
+    def quote(self, tokens: list[str], intent: Intent, hit: Hit, position: int, said: str = "") -> str:
+        """One line for a supporting section: its best sentence by the question's words that the answer (`said`)
+        does not already give, and its value sentence when the question asks for a value; nothing when it shares
+        no word with the question."""
 
         section = read_section(hit.chunk)
         if not section.sentences:
             return ""
-        scores = sentence_scores(tokens, [stems(s) for s in section.sentences])
+        # A sentence the answer already gives (the overlap of a long section's parts) is not quoted again.
+        scores = [0.0 if s in said else score
+                  for s, score in zip(section.sentences, sentence_scores(tokens, [stems(s) for s in section.sentences]))]
         best = max(range(len(scores)), key=lambda i: (scores[i], -i))
         if scores[best] <= 0:
             return ""  # a quote sharing no word with the question supports nothing
         chosen = [best]
         if intent.value:
-            chosen += [i for i, s in enumerate(section.sentences) if DEFAULT_RE.search(s) and i != best][:1]
-        if intent.limits:  # asked for limitations: what the section rules out or requires
             chosen += [i for i, s in enumerate(section.sentences)
-                       if (LIMIT_RE.search(s) or FOLLOW_UP_RE.search(s)) and i not in chosen][:self.max_limits]
+                       if DEFAULT_RE.search(s) and i != best and s not in said][:1]
+        if intent.limits:  # asked for limitations: what the section rules out or requires
+            chosen += [i for i, s in enumerate(section.sentences) if (LIMIT_RE.search(s) or FOLLOW_UP_RE.search(s))
+                       and i not in chosen and s not in said][:self.max_limits]
         where = member_label(hit.chunk)
         if section.signature and hit.chunk.member and section.signature.lstrip(".") != hit.chunk.member:
             where = f"{where} (`{section.signature}`)"

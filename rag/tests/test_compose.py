@@ -4,6 +4,7 @@ and citations numbered in the order the answer gives them. Fixtures: an invented
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import pytest
 
@@ -312,3 +313,17 @@ def test_asked_for_limitations_the_answer_gives_what_the_docs_rule_out_or_requir
 
     assert "not supported" in text and "Only works with the Standard" in text and "GlowLib.init()" in text
     assert read_intent(question).limits and not read_intent("What is the default width of a GlowLight?").limits
+
+
+def test_a_long_sections_parts_make_one_block_and_a_quote_never_repeats_what_the_answer_gives():
+    first = hit("Pen", "stroke", "### .stroke () : this\n\nDraws the current path. Zero-length dashes are drawn as round"
+                " dots when the cap is round.", group="Methods")
+    second = hit("Pen", "stroke", "Zero-length dashes are drawn as round dots when the cap is round. See .setDash for"
+                 " the dash pattern.", group="Methods")
+    second = Hit(chunk=replace(second.chunk, chunk_id="Pen-stroke-1", part=1, heading_path=first.chunk.heading_path),
+                 score=0.02, source="rrf", raw_score=0.8)
+
+    text = answer("How do I draw round dots in a dash pattern with a Pen?", [first, second], classes=["Pen"]).text
+
+    assert text.count("**Pen.stroke**") == 1  # the second part is not a block of its own
+    assert text.count("Zero-length dashes are drawn as round dots") == 1 and "See .setDash" in text
