@@ -147,7 +147,7 @@ class EvidenceSignals:
     pasted_error: bool  # the question pastes an error or traceback line
     member_found: bool  # a first-window hit is a named member's own section (of a named class when one is)
     words: int  # the question's distinct words (stemmed, 2+ characters), rag.engine.text.tokenize
-    coverage: float  # the part of those words the first hit contains (or a section completion added for its page)
+    coverage: float  # the part of those words the first hit and the sections of its page cited with it contain
     cosine: float  # the question's cosine to the first hit (its BM25 score in a BM25-only search)
     lead_share: float  # the first hit's class's part of the fused score of all hits (reported, not used)
     margin: float  # (s1 - s2) / s1 of the fused scores (reported, not used)
@@ -173,12 +173,13 @@ def evidence_signals(plan: Plan, hits: list[Hit]) -> EvidenceSignals:
     first = hits[0].chunk if hits else None
     lead = first.class_name if first else ""
     words = {t for t in tokenize(plan.corrected_question or plan.question, stem=True) if len(t) > 1}
-    # The lead's words: its first hit's, or those of another section of the same page that the answer cites
+    # The lead's words: those of its first hit and of the other sections of the same page that the answer cites
     # (adopted within the window, or a section completion: its code example, the group note its member
-    # requires: rag.engine.complete), whichever holds more of the question's.
+    # requires: rag.engine.complete), together: "don't call process.exit when parsing fails, catch the error"
+    # is answered by Command.error and Command.exitOverride side by side.
     lead_hits = [first, *(h.chunk for n, h in enumerate(hits[1:], start=1) if h.chunk.class_name == lead and (
         n < CONFIDENCE_WINDOW or h.source == "structure"))] if first else []
-    found = max((set(tokenize(f"{c.member}\n{c.text}", stem=True)) & words for c in lead_hits), key=len, default=set())
+    found = set().union(*(set(tokenize(f"{c.member}\n{c.text}", stem=True)) & words for c in lead_hits))
     total = sum(max(h.score, 0.0) for h in hits)
     s1 = hits[0].score if hits else 0.0
     s2 = hits[1].score if len(hits) > 1 else 0.0

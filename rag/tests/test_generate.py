@@ -427,6 +427,15 @@ def test_the_leads_words_include_its_pages_sections_adopted_within_the_cited_win
     assert evidence_signals(plan, [first, other, other, overview]).coverage == 0.5
 
 
+def test_the_leads_words_are_those_its_pages_cited_sections_hold_together():
+    plan = replace(PLAN, corrected_question="cast shadow example code")
+    first = make_hit("castShadow", "### .castShadow : Boolean\n\nCasts dynamic shadows.")
+    sibling = make_hit("receiveShadow", "### .receiveShadow : Boolean\n\nSee the example code.")
+
+    # Neither holds more than half of the question's words; the answer cites both, and they hold all of them.
+    assert evidence_signals(plan, [first, sibling]).coverage == 1.0
+
+
 def test_a_question_naming_nothing_is_low_when_its_words_are_not_in_the_evidence():
     plan = docs_plan("How do I change the colours of the sky?")
 
