@@ -39,7 +39,9 @@ def _written_first(question: str, unknown: list[str], classes: list[str]) -> boo
         return match.start() if match else -1
 
     known = [p for p in map(position, classes) if p >= 0]
-    first = [p for p in map(position, unknown) if p >= 0]
+    # Only a camelCase name reads as an API here: a capitalised word ("React 里怎么用 WebGLRenderer") is more
+    # often the framework around the question than its subject.
+    first = [p for p in map(position, [n for n in unknown if CAMEL_API_RE.search(n)]) if p >= 0]
     return bool(known and first) and min(first) < min(known)
 
 
@@ -78,12 +80,15 @@ def is_snake_case(token: str) -> bool:
     return "_" in token.strip("_") and re.search(r"[A-Za-z]", token) is not None
 
 
+CAMEL_API_RE = re.compile(r"[a-z0-9][A-Z]")  # an inner capital: `ArcRotateCamera`, `CSS3DRenderer`
+
+
 def looks_like_api(token: str, *, in_chinese: bool = True) -> bool:
     """Read camelCase identifiers (`ArcRotateCamera`) as API names; in Chinese text a capitalised Latin word
     (`Rigidbody`) too, while in English prose capitals also start sentences, so only inner capitals count."""
     if len(token) < 4 or not re.search(r"[A-Za-z]", token):
         return False
-    if re.search(r"[a-z0-9][A-Z]", token):
+    if CAMEL_API_RE.search(token):
         return True
     return in_chinese and token[0].isupper() and not token.isupper()
 

@@ -218,6 +218,12 @@ def test_a_question_that_writes_an_unknown_api_before_any_catalog_class_is_about
     assert (plan.kind, plan.unknown_identifiers) == ("out_of_catalog", ("ArcRotateCamera",))
 
 
+def test_a_capitalised_word_written_before_a_catalog_class_is_the_framework_around_the_question(planner):
+    plan = planner.run("Angular 项目里怎么用 PerspectiveCamera？")
+
+    assert (plan.kind, plan.classes, plan.unknown_identifiers) == ("doc", ("PerspectiveCamera",), ("Angular",))
+
+
 @pytest.mark.parametrize(
     "question",
     ["Explain how the fog near distance works", "Please show how to enable damping", "Tell me about the fog"],
