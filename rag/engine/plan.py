@@ -187,7 +187,8 @@ class Planner:
             parts = [p for p in re.sub(r"\s*\(\s*\)$", "", raw).strip(".").split(".") if p]
             # `click.IntRange`, `werkzeug.exceptions.NotFound`: the parts before a class are its namespace (a
             # module page of the same name is a hint, not a class the question asks about).
-            namespace = max((n for n, p in enumerate(parts) if n and self._class_of(p)), default=0)
+            namespace = max((n for n, p in enumerate(parts) if n and (c := self._class_of(p))
+                             and not (p in self._members and p != c)), default=0)  # not a member written on it
             for position, token in enumerate(parts):
                 last = position == len(parts) - 1
                 explicit_member = dotted and (position > 0 or raw.startswith(".")) or called and last
