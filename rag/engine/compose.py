@@ -17,7 +17,7 @@ from __future__ import annotations
 import copy
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from .text import DEFINED_NAME_RE, names_re
@@ -137,8 +137,12 @@ class Section:
 
 def read_section(chunk) -> Section:
     """Split a chunk into its heading, its prose sentences (list items and table rows count as one each) and
-    its first fenced code block."""
-    return read_text(chunk.text)
+    its first fenced code block. A later part of a long section that starts at one of its sub-headings
+    ("Parameters") has no signature: that heading is not the member's."""
+    section = read_text(chunk.text)
+    if chunk.part and section.signature and chunk.member and chunk.member not in section.signature:
+        return replace(section, signature="")
+    return section
 
 
 def group_text(text: str, group: str) -> str:

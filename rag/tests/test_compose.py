@@ -327,3 +327,12 @@ def test_a_long_sections_parts_make_one_block_and_a_quote_never_repeats_what_the
 
     assert text.count("**Pen.stroke**") == 1  # the second part is not a block of its own
     assert text.count("Zero-length dashes are drawn as round dots") == 1 and "See .setDash" in text
+
+
+def test_a_later_part_of_a_section_is_not_labelled_with_its_sub_heading():
+    part = hit("Pen", "stroke", "#### Parameters\n\nwidth - how wide the stroke is. Default is 2.", group="Methods")
+    part = Hit(chunk=replace(part.chunk, part=1), score=0.03, source="rrf", raw_score=0.9)
+
+    text = answer("What is the default stroke width of a Pen?", [part], classes=["Pen"]).text
+
+    assert text.startswith("**Pen.stroke** [1]") and "Parameters" not in text and "Default is 2" in text
