@@ -6,7 +6,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-from .text import HAN_RE, IDENTIFIER_RE, camel_parts
+from .text import HAN_RE, IDENTIFIER, IDENTIFIER_RE, NAME_CHARS, camel_parts
 from .types import Chunk
 
 # A page's inheritance line, as reference pages write it under the title:
@@ -14,7 +14,7 @@ from .types import Chunk
 # Sphinx writes "Bases: `click.core.Command`"; qualified names are read by their last part (QUALIFIED_RE).
 INHERITANCE_RE = re.compile(
     r"(?:Inheritance|Inherits(?:\s+from)?|Extends|Bases|Base\s+class(?:es)?|继承自?|父类|基类)\s*[:：]?\s*"
-    r"([A-Za-z_$][A-Za-z0-9_$]*(?:\s*(?:→|->|>|<-|←|,)\s*[A-Za-z_$][A-Za-z0-9_$]*)*)", re.IGNORECASE)
+    rf"({IDENTIFIER}(?:\s*(?:→|->|>|<-|←|,)\s*{IDENTIFIER})*)", re.IGNORECASE)
 
 
 @dataclass
@@ -128,8 +128,8 @@ def inheritance_of(text: str, class_name: str) -> list[str]:
     return []
 
 
-QUALIFIED_RE = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*(?:(?:\.|::)[A-Za-z_$][A-Za-z0-9_$]*)+")
-MEMBER_TYPE_RE = re.compile(r"^\.?[A-Za-z_$][A-Za-z0-9_$]*\s*:\s*([A-Z][A-Za-z0-9_$]*)\s*$")
+QUALIFIED_RE = re.compile(rf"{IDENTIFIER}(?:(?:\.|::){IDENTIFIER})+")
+MEMBER_TYPE_RE = re.compile(rf"^\.?{IDENTIFIER}\s*:\s*([A-Z][{NAME_CHARS}]*)\s*$")
 
 
 def member_type(heading: str) -> str:

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
-from .text import DEFINED_NAME_RE, names_re
+from .text import DEFINED_NAME_RE, IDENTIFIER, names_re
 from .types import Answer, Citation, Hit, Plan
 
 # -- what the question asks ------------------------------------------------------------------------------
@@ -87,7 +87,7 @@ DEFAULT_RE = re.compile(r"\bdefaults?\b|\binitial value\b|默认|缺省|初始�
 # A sentence requiring something of the reader: "you will have to call .updateProjectionMatrix",
 # "must be set to true", "需要调用 update()", "必须先……".
 FOLLOW_UP_RE = re.compile(r"\b(?:must|need to|needs to|have to|has to|required|requires)\b|"
-                          r"\bcall(?:ed|ing)?\b[^.。]*\(|\bcall(?:ed|ing)?\s+`?\.?[A-Za-z_$][A-Za-z0-9_$]*|"
+                          r"\bcall(?:ed|ing)?\b[^.。]*\(|\bcall(?:ed|ing)?\s+`?\.?" + IDENTIFIER + "|"
                           r"\bset\b[^.。]*\bto (?:true|false)\b|需要|必须|须要|务必|才能|才会|调用", _I)
 # A sentence saying what is not possible or what something is limited to.
 LIMIT_RE = re.compile(r"\bnot\b|\bcannot\b|\bcan't\b|\bonly\b|\bno longer\b|\bunsupported\b|\bignored\b|"
@@ -448,7 +448,7 @@ class Composer:
         if not chosen:
             # Written as code (`setSize`, `max_age`, `.near`), or any Latin word in Chinese text (as the planner
             # reads it); in English prose a plain word that is also a member (`view`) is just a word.
-            written = {w for w in re.findall(r"\.?[A-Za-z_$][A-Za-z0-9_$]*", question)
+            written = {w for w in re.findall(rf"\.?{IDENTIFIER}", question)
                        if w.startswith(".") or is_chinese(question) or not re.fullmatch(r"[a-z]+", w)}
             written = {w.lstrip(".") for w in written}
             add(next((p for p, h in enumerate(hits[:self.window])

@@ -14,17 +14,17 @@ from rapidfuzz.distance import Levenshtein
 
 from .catalog import Catalog
 from .smalltalk import is_smalltalk
-from .text import HAN_RE, IDENTIFIER_RE, STOPWORDS, names_re
+from .text import HAN_RE, IDENTIFIER, IDENTIFIER_RE, NAME_CHARS, STOPWORDS, names_re
 from .types import Plan
 
 # Asking how to construct or configure a new instance points at the constructor (`### ClassName(...)`).
 CONSTRUCTOR_RE = re.compile(r"构造|创建|新建|实例化|\bnew\b|constructor|instantiat|\bcreat", re.IGNORECASE)
-TOKEN_RE = re.compile(r"\.?[A-Za-z_$][A-Za-z0-9_$]*(?:\.[A-Za-z_$][A-Za-z0-9_$]*)*(?:\s*\(\s*\))?")
-WORD_RE = re.compile(r"[A-Za-z0-9_$]+")
+TOKEN_RE = re.compile(rf"\.?{IDENTIFIER}(?:\.{IDENTIFIER})*(?:\s*\(\s*\))?")
+WORD_RE = re.compile(rf"[{NAME_CHARS}]+")
 # Where a pasted error or traceback starts: an exception's name and its colon (`TypeError:`,
 # `django.db.utils.OperationalError:`, `Uncaught TypeError:`), Python's traceback header and frames, a JavaScript stack frame. From
 # there to the end of its line the names are the error's, not the question's.
-ERROR_RE = re.compile(r"(?:Uncaught\s+(?:\(in promise\)\s*)?)?(?:[A-Za-z_$][A-Za-z0-9_$]*\.)*[A-Z][A-Za-z0-9_$]*(?:Error|Exception|Warning|Failure)\s*[:：]"
+ERROR_RE = re.compile(rf"(?:Uncaught\s+(?:\(in promise\)\s*)?)?(?:{IDENTIFIER}\.)*[A-Z][{NAME_CHARS}]*(?:Error|Exception|Warning|Failure)\s*[:：]"
                       r"|Traceback \(most recent call last\)|^\s*File \"[^\"]*\", line \d+|^\s*at\s+[\w$.<>]+\s*\(",
                       re.MULTILINE)
 
@@ -286,8 +286,7 @@ class Planner:
         corrected_question = question
         for wrong, right in corrections:
             if wrong != right:
-                corrected_question = re.sub(rf"(?<![A-Za-z0-9_$]){re.escape(wrong)}(?![A-Za-z0-9_$])", right,
-                                            corrected_question)
+                corrected_question = names_re([wrong]).sub(lambda _: right, corrected_question)
         hinted = [h for h in hinted if h not in classes]
 
         # A question that writes this catalog's own code-shaped members (`cairo_surface_set_device_scale`) apart

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 
 from .chunk import document_page
-from .text import HAN_RE, sha1
+from .text import DOTTED_RE, HAN_RE, sha1
 from .types import Chunk, SourceDocument, first_sentence
 
 # A version as SDKs write it: `1.20`, `2.0.0-beta.3`, `r160`, `v5`, `2024.1`; kept exactly as given.
@@ -18,7 +18,7 @@ VERSION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,31}$")
 LATEST = "latest"  # the alias every versioned knowledge base has: its newest release, unless an admin gives it away
 
 # An identifier as a question writes an API name (`setAnimationLoop`, `WebGLRenderer.render`, `cairo_set_source()`).
-NAME_RE = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*(?:\.[A-Za-z_$][A-Za-z0-9_$]*)*(?:\s*\(\s*\))?")
+NAME_RE = re.compile(rf"{DOTTED_RE.pattern}(?:\s*\(\s*\))?")
 
 
 # -- order ----------------------------------------------------------------------------------------------------

@@ -13,20 +13,23 @@ import sys
 import tempfile
 import threading
 
-IDENTIFIER_RE = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*")
+# An identifier as code writes it, in ASCII: Python's \w also matches Han, and Chinese prose runs on right after a
+# name (".specular高亮"), so every pattern of names is built from these.
+NAME_CHARS = "A-Za-z0-9_$"
+IDENTIFIER = rf"[A-Za-z_$][{NAME_CHARS}]*"
+IDENTIFIER_RE = re.compile(IDENTIFIER)
 # A dotted identifier as written in questions: `renderer.setAnimationLoop`, `Scene.overrideMaterial`.
-DOTTED_RE = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*(?:\.[A-Za-z_$][A-Za-z0-9_$]*)*")
+DOTTED_RE = re.compile(rf"{IDENTIFIER}(?:\.{IDENTIFIER})*")
 CAMEL_RE = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+[0-9]*|[A-Z]+[0-9]*|[0-9]+")
 HAN_RE = re.compile(r"[\u3400-\u9fff]")
 # The name an item of a parameter or option list defines: "antialias - whether to perform antialiasing",
 # "- center, -- the box's centre", "* size: the font size" (the name, then a dash or a colon); read with match().
-DEFINED_NAME_RE = re.compile(r"(?:[-*+]\s+)?`?([A-Za-z_$][A-Za-z0-9_$]*)`?\s*,?\s*(?:--|[-—–:])\s")
+DEFINED_NAME_RE = re.compile(rf"(?:[-*+]\s+)?`?({IDENTIFIER})`?\s*,?\s*(?:--|[-—–:])\s")
 
 
 def names_re(names, prefix: str = "") -> re.Pattern:
-    """Any of these identifiers written whole: bounded by characters that cannot continue an identifier (ASCII:
-    Python's \\w matches Han, and Chinese prose runs on right after a name, as in ".specular高亮")."""
-    return re.compile(r"(?<![A-Za-z0-9_$])%s(?:%s)(?![A-Za-z0-9_$])" % (prefix, "|".join(map(re.escape, sorted(names)))))
+    """Any of these identifiers written whole: bounded by characters that cannot continue an identifier."""
+    return re.compile(rf"(?<![{NAME_CHARS}]){prefix}(?:{'|'.join(map(re.escape, sorted(names)))})(?![{NAME_CHARS}])")
 
 
 # Function words that carry no retrieval signal. Short on purpose: BM25's IDF handles the rest.
