@@ -311,8 +311,7 @@ def refers_to(chunk, other) -> bool:
 
 def same_section(chunk, other) -> bool:
     """Whether two chunks are parts of one section (a long section is cut into several chunks)."""
-    return (chunk.source, chunk.heading_path, chunk.member, chunk.anchor) == (
-        other.source, other.heading_path, other.member, other.anchor)
+    return chunk.section_key == other.section_key
 
 
 def about(chunk, classes: set[str]) -> bool:

@@ -174,6 +174,10 @@ class Searcher:
         internal = {i for i in order if _internal(reader.chunks[i].member, question)}
         if internal:
             order = [i for i in order if i not in internal] + [i for i in order if i in internal]
+        # One place per section: a long section cut into parts would otherwise fill the first places with one
+        # member (gtk-doc's `cairo_stroke` three times); its later parts follow every other section found, as
+        # the composer answers a section in one block.
+        order = _sections_first(order, reader.chunks)
         fused_score = dict(fused)
         follows = overviews = frozenset()
         if not classes:  # only the spread of a question naming no class reads them
@@ -192,6 +196,17 @@ def _internal(member: str, question: str) -> bool:
     """Whether a member is internal by its name (`_exit`, not `__init__`) and the question does not write it."""
     return member.startswith("_") and not (member.startswith("__") and member.endswith("__")) \
         and member not in question
+
+
+def _sections_first(order: list[int], chunks) -> list[int]:
+    """The positions in order with each section's first part first, and the other parts after them all."""
+    seen: set[tuple] = set()
+    first, later = [], []
+    for i in order:
+        key = chunks[i].section_key
+        (later if key in seen else first).append(i)
+        seen.add(key)
+    return first + later
 
 
 def _reads(mode: str, side: str) -> bool:

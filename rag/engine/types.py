@@ -58,6 +58,11 @@ class Chunk:
     kind: str = ""  # the section's kind (method, property, class, topic, file, …); "" in versions built before
 
     @property
+    def section_key(self) -> tuple:
+        """What the parts of one section share (a long section is cut into several chunks)."""
+        return self.source, self.heading_path, self.member, self.anchor
+
+    @property
     def text_hash(self) -> str:
         from .text import sha1
 

@@ -400,3 +400,60 @@ def test_a_leading_underscore_marks_an_internal_member(member, question, interna
     from rag.engine.search import _internal
 
     assert _internal(member, question) is internal
+
+
+def long_stroke_section() -> str:
+    """A member section far longer than one chunk, every paragraph about stroking (as gtk-doc's cairo_stroke)."""
+    paragraph = ("Strokes the current path with the current line width, line join, line cap and dash settings; "
+                 "after stroking, the current path is cleared from the context. ")
+    return "\n\n".join(paragraph * 2 for _ in range(6))
+
+
+SECTION_PAGES = {
+    "Context.md": f"""# Context
+
+The drawing context.
+
+## Methods
+
+### .stroke ( ) : void
+
+{long_stroke_section()}
+
+### .setDash ( dashes : Array, offset : Number ) : void
+
+Sets the dash pattern used when stroking, so a path is stroked as dashes or dots instead of a solid line.
+
+### .setLineWidth ( width : Number ) : void
+
+Sets the line width used when stroking a path.
+""",
+}
+
+
+@pytest.fixture(scope="module")
+def section_reader(tmp_path_factory, real_embedder) -> VersionReader:
+    from conftest import make_store
+
+    from rag.engine.chunk import chunk_documents
+    from rag.engine.ingest import read_folder
+
+    folder = tmp_path_factory.mktemp("sections")
+    (folder / "docs").mkdir()
+    for name, text in SECTION_PAGES.items():
+        (folder / "docs" / name).write_text(text, encoding="utf-8")
+    store = make_store(folder)
+    store.build("draw", "v1", chunk_documents(read_folder(folder / "docs")), real_embedder)
+    return VersionReader.open(store, "draw", "v1")
+
+
+def test_a_long_section_takes_one_place_and_its_other_parts_follow_the_other_sections(section_reader, real_embedder):
+    searcher = make_searcher(section_reader, real_embedder)
+    assert sum(c.member == "stroke" for c in section_reader.chunks) >= 3  # the fixture is cut into parts
+
+    hits = searcher.run("How do I stroke a path as dots instead of a solid line?").hits
+    members = [h.chunk.member for h in hits]
+
+    assert members.count("stroke") >= 2  # every part is still found
+    assert {"setDash", "setLineWidth"} <= set(members[:members.index("stroke") + 3])
+    assert members[members.index("stroke") + 1:].index("stroke") >= 2  # its next part comes after the others
