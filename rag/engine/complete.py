@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .compose import Intent, group_requires, refers_to, setter_of
+from .compose import Intent, getters_of, group_requires, refers_to, setter_of
 from .text import IDENTIFIER_RE
 from .types import Hit, Plan
 
@@ -73,6 +73,10 @@ class Completer:
             for chunk in window:
                 if chunk.member and not chunk.member.startswith("set"):
                     add(reader.section_position(chunk.class_name, setter_of(chunk.member)))
+        elif intent.read:
+            for chunk in window:
+                for getter in getters_of(chunk.member):
+                    add(reader.section_position(chunk.class_name, getter))
         followed: set[str] = set()  # a typed property's target already among the hits: marked, not added
         for chunk in window:
             kind = reader.catalog.member_types(chunk.class_name).get(chunk.member) if chunk.member else None

@@ -326,6 +326,15 @@ def setter_of(member: str) -> str:
     return "set" + stem[:1].upper() + stem[1:] if stem else ""
 
 
+def getters_of(member: str) -> tuple[str, ...]:
+    """The getters a setter's name points at: setPixelRatio gives getPixelRatio; setFromCenterAndSize, which sets a
+    box from a center and a size, gives getCenter and getSize, the getters of the values its name joins by And."""
+    if not re.match(r"set[A-Z]", member):
+        return ()
+    values = re.split(r"And(?=[A-Z])", re.sub(r"^From(?=[A-Z])", "", member[3:]))
+    return tuple(dict.fromkeys(f"get{value}" for value in values if value))
+
+
 def is_setter_of(member: str, other: str) -> bool:
     """Whether `member` is the setter of `other` (a getter or a property)."""
     return bool(member) and member != other and member == setter_of(other)
@@ -485,6 +494,16 @@ class Composer:
                 setter = self.setter_position(hits, position)
                 member = hits[position].chunk.member
                 swapped += [setter] if GETTER_RE.match(member) else [position, setter]
+            chosen = list(dict.fromkeys(swapped))[:self.max_sections]
+        elif intent.read:
+            # A setter gives way to the getters of what it sets, when the evidence holds them (the search completes
+            # it with them): "get the size and the center" is answered by getSize and getCenter, not by
+            # setFromCenterAndSize.
+            swapped = []
+            for position in chosen:
+                getters = getters_of(hits[position].chunk.member)
+                swapped += [p for p, h in enumerate(hits) if h.chunk.member in getters
+                            and h.chunk.class_name == hits[position].chunk.class_name] or [position]
             chosen = list(dict.fromkeys(swapped))[:self.max_sections]
         # A section that names an answered member as `.member` (a setting that acts only with it: "used if
         # .enableDamping is set to true"), of the same class, that the search completed the evidence with.

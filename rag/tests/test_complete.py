@@ -103,6 +103,24 @@ Set to true to let the dial keep turning after it is let go, whatever its fricti
 
 How long the dial keeps turning if .coast is set to true, in seconds. Default is **0.5**.
 """,
+    "Frame.md": """# Frame
+
+A rectangle that bounds a group of shapes.
+
+## Methods
+
+### .setFromMiddleAndExtent ( middle : Point, extent : Point ) : this
+
+Places the frame so that its middle point and its extent (width and height) are the ones given.
+
+### .getMiddle ( target : Point ) : Point
+
+Returns the middle point of the frame.
+
+### .getExtent ( target : Point ) : Point
+
+Returns the width and height of the frame.
+""",
     "Halo.md": """# Halo
 
 The base class of halos.
@@ -217,5 +235,21 @@ def test_a_setting_that_names_the_leading_member_is_added_and_answered(reader):
 def test_a_member_named_only_in_prose_is_not_a_dependent(reader):
     # `.coast`'s section says "friction" as a word, not `.friction`: it does not depend on it.
     _, hits = complete(reader, "How hard is the dial to turn?", hit_of(reader, "Dial", "friction"))
+
+    assert [h for h in hits if h.source == STRUCTURE] == []
+
+
+def test_the_getters_of_a_leading_setter_are_added_and_answered_when_the_question_reads(reader):
+    question = "How do I get the middle point and the extent of a Frame?"
+    plan, hits = complete(reader, question, hit_of(reader, "Frame", "setFromMiddleAndExtent"))
+
+    assert [h.chunk.member for h in hits if h.source == STRUCTURE] == ["getMiddle", "getExtent"]
+    answer = ExtractiveGenerator().run(question, plan, list(hits))
+    assert answer.text.startswith("**Frame.getMiddle**") and "**Frame.getExtent**" in answer.text
+    assert "**Frame.setFromMiddleAndExtent**" not in answer.text  # the setter gave way to them
+
+
+def test_no_getter_is_added_when_the_question_changes_something(reader):
+    _, hits = complete(reader, "How do I set the middle point of a Frame?", hit_of(reader, "Frame", "setFromMiddleAndExtent"))
 
     assert [h for h in hits if h.source == STRUCTURE] == []

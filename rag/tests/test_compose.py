@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from rag.engine.compose import Composer, read_intent, read_section, refers_to, setter_of
+from rag.engine.compose import Composer, getters_of, read_intent, read_section, refers_to, setter_of
 from rag.engine.generate import CITATION_RE, ExtractiveGenerator
 from rag.engine.types import Chunk, Hit, Plan
 
@@ -169,6 +169,13 @@ def test_citation_numbers_run_1_to_n_in_the_order_the_answer_cites_them():
 def test_the_setter_of_a_getter_or_property():
     assert [setter_of(m) for m in ("getPixelRatio", "isEnabled", "pixelRatio")] == \
         ["setPixelRatio", "setEnabled", "setPixelRatio"]
+
+
+def test_the_getters_a_setter_points_at():
+    assert getters_of("setPixelRatio") == ("getPixelRatio",)
+    assert getters_of("setFromCenterAndSize") == ("getCenter", "getSize")
+    assert getters_of("setFromAxisAngle") == ("getAxisAngle",)
+    assert getters_of("settle") == getters_of("opacity") == getters_of("getSize") == ()
 
 
 def test_the_composer_never_cites_a_section_it_does_not_quote():
