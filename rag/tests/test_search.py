@@ -364,20 +364,24 @@ Calls the handler instead of exiting the process when parsing fails.
 }
 
 
-@pytest.fixture(scope="module")
-def internal_reader(tmp_path_factory, real_embedder) -> VersionReader:
+def reader_of(folder, pages: dict[str, str], kb: str, embedder) -> VersionReader:
+    """A version built from pages written here (name -> Markdown) in a fresh folder."""
     from conftest import make_store
 
     from rag.engine.chunk import chunk_documents
     from rag.engine.ingest import read_folder
 
-    folder = tmp_path_factory.mktemp("internal")
     (folder / "docs").mkdir()
-    for name, text in INTERNAL_PAGES.items():
+    for name, text in pages.items():
         (folder / "docs" / name).write_text(text, encoding="utf-8")
     store = make_store(folder)
-    store.build("cli", "v1", chunk_documents(read_folder(folder / "docs")), real_embedder)
-    return VersionReader.open(store, "cli", "v1")
+    store.build(kb, "v1", chunk_documents(read_folder(folder / "docs")), embedder)
+    return VersionReader.open(store, kb, "v1")
+
+
+@pytest.fixture(scope="module")
+def internal_reader(tmp_path_factory, real_embedder) -> VersionReader:
+    return reader_of(tmp_path_factory.mktemp("internal"), INTERNAL_PAGES, "cli", real_embedder)
 
 
 def test_a_member_named_with_a_leading_underscore_follows_the_public_ones(internal_reader, real_embedder):
@@ -433,18 +437,7 @@ Sets the line width used when stroking a path.
 
 @pytest.fixture(scope="module")
 def section_reader(tmp_path_factory, real_embedder) -> VersionReader:
-    from conftest import make_store
-
-    from rag.engine.chunk import chunk_documents
-    from rag.engine.ingest import read_folder
-
-    folder = tmp_path_factory.mktemp("sections")
-    (folder / "docs").mkdir()
-    for name, text in SECTION_PAGES.items():
-        (folder / "docs" / name).write_text(text, encoding="utf-8")
-    store = make_store(folder)
-    store.build("draw", "v1", chunk_documents(read_folder(folder / "docs")), real_embedder)
-    return VersionReader.open(store, "draw", "v1")
+    return reader_of(tmp_path_factory.mktemp("sections"), SECTION_PAGES, "draw", real_embedder)
 
 
 def test_a_long_section_takes_one_place_and_its_other_parts_follow_the_other_sections(section_reader, real_embedder):
