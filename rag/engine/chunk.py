@@ -231,7 +231,7 @@ class Chunker:
                 continue
             owner = section.owner or page.symbol
             kind = "file" if page.kind == PAGE_FILE and not section.member and owner == page.symbol else section.kind
-            if changelog and not section.member:
+            if changelog:
                 kind = CHANGELOG
             path = (title, *section.headings)
             for part, piece in enumerate(split_text(section.markdown, max_chars=self.max_chars, overlap=self.overlap)):

@@ -156,6 +156,18 @@ def test_a_release_notes_page_is_read_as_one_by_its_version_headings():
     assert "changelog" not in {c.kind for c in history}
 
 
+def test_a_member_heading_in_release_notes_is_a_changelog_entry():
+    # Starlette's release notes: `### Fixed` under each version, and now and then `### StaticFiles`, a class the
+    # page writes as code; that entry says what changed in StaticFiles, it does not document it.
+    releases = "".join(f"## {v} (May {n}, 2026)\n\n### Fixed\n\n" + f"* Fixed `Session.get` in {v}.\n" * 3 + "\n"
+                       for n, v in enumerate(("2.1.0", "2.0.1", "2.0.0"), start=1))
+    releases += "## 1.9.0 (April 1, 2026)\n\n### StaticFiles\n\n* `StaticFiles` no longer reads files for `HEAD`.\n"
+    notes = Chunker().run(make_document(f"# Release notes\n\n{releases}", "release-notes.md"))
+
+    assert [(c.member, c.kind) for c in notes][-1] == ("StaticFiles", "changelog")
+    assert {c.kind for c in notes} == {"changelog"}
+
+
 def test_headings_without_body_make_no_chunk(fixture_chunks):
     headings_only = [c for c in fixture_chunks if all(not line.strip() or line.startswith("#")
                                                        for line in c.text.splitlines())]
