@@ -8,7 +8,8 @@ hits, marked `source="structure"`):
 - the first code example of the leading class when the question asks for an example or how to do something and
   the evidence has none of that class;
 - the setter of a leading getter or property (`getPixelRatio`, `pixelRatio` → `setPixelRatio`) when the
-  question wants to change something;
+  question wants to change something, and the getters of a leading setter (`setFromCenterAndSize` → `getCenter`,
+  `getSize`: compose.getters_of) when it wants to read something;
 - the section of a typed property's class that the question's words point at: `.shadow : DirectionalLightShadow`
   leads, the question names the property (`shadow`) or the planner hinted its class, and the question's words
   are best matched, by BM25, within DirectionalLightShadow and its ancestors (`LightShadow.mapSize`); when that
