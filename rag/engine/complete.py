@@ -70,11 +70,11 @@ class Completer:
             if not any("```" in h.chunk.text for h in hits if h.chunk.class_name == lead):
                 add(next((int(p) for p in np.flatnonzero(reader.class_mask(lead)) if "```" in reader.chunks[p].text),
                          None))
-        if intent.change and not intent.read:
+        if intent.accessor == "setter":
             for chunk in window:
                 if chunk.member and not chunk.member.startswith("set"):
                     add(reader.section_position(chunk.class_name, setter_of(chunk.member)))
-        elif intent.read:
+        elif intent.accessor == "getter":
             for chunk in window:
                 for getter in getters_of(chunk.member):
                     add(reader.section_position(chunk.class_name, getter))

@@ -69,6 +69,12 @@ class Intent:
     def kinds(self) -> tuple[str, ...]:
         return tuple(name for name in self.__slots__ if getattr(self, name))
 
+    @property
+    def accessor(self) -> str:
+        """Which of a getter and its setter answers: "setter" to change something (and not read it), "getter" to
+        read something, "" when the question does neither."""
+        return "setter" if self.change and not self.read else "getter" if self.read else ""
+
 
 def read_intent(question: str) -> Intent:
     """Read what a question asks for from its words (Chinese and English)."""
@@ -487,7 +493,7 @@ class Composer:
                 scores = dict(zip(chosen, self.covering_scores(tokens, [hits[p] for p in chosen], intent)))
                 chosen[:] = sorted(chosen, key=lambda p: (not (intent.value and self.states_value(hits[p].chunk)),
                                                           -scores[p]))
-        if intent.change and not intent.read:
+        if intent.accessor == "setter":
             # A getter gives way to its setter; a property keeps its place (its value) and its setter follows.
             swapped: list[int] = []
             for position in chosen:
@@ -495,7 +501,7 @@ class Composer:
                 member = hits[position].chunk.member
                 swapped += [setter] if GETTER_RE.match(member) else [position, setter]
             chosen = list(dict.fromkeys(swapped))[:self.max_sections]
-        elif intent.read:
+        elif intent.accessor == "getter":
             # A setter gives way to the getters of what it sets, when the evidence holds them (the search completes
             # it with them): "get the size and the center" is answered by getSize and getCenter, not by
             # setFromCenterAndSize.
