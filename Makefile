@@ -55,11 +55,15 @@ prod: install
 	$(PY) manage.py collectstatic --noinput -v0 && $(PY) manage.py rag reindex --if-changed --background && \
 	exec $(VENV)/bin/honcho start -f Procfile -p "$(PORT)"
 
+# The fast tests run in PYTEST_WORKERS processes (pytest-xdist; each has its own data folder and test database),
+# then the slow end-to-end ones (live servers, Celery workers sharing one Redis database, browsers) in one.
+PYTEST_WORKERS ?= 2
+
 test: install test-tools
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest -m "not slow" -n $(PYTEST_WORKERS) && $(VENV)/bin/pytest -m slow
 
 test-fast: install test-tools
-	$(VENV)/bin/pytest -m "not slow"
+	$(VENV)/bin/pytest -m "not slow" -n $(PYTEST_WORKERS)
 
 # The whole suite on a loaded machine (issue 28): 3 CPU-burning processes per core run beside it (.ci/loaded.py;
 # LOADED_PER_CORE changes that), since CI runs on a machine like this one, often busy. Extra pytest arguments:

@@ -3,6 +3,12 @@
 import os
 import tempfile
 
+# Each pytest-xdist worker (`make test` runs the fast tests in two) gets a data folder of its own; the servers and
+# workers a test starts inherit its environment, and with it the folder.
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+if _WORKER and os.environ.get("RAG_TEST_DATA_OF") != _WORKER:
+    os.environ["RAG_DATA_DIR"] = tempfile.mkdtemp(prefix=f"rag-test-{_WORKER}-")
+    os.environ["RAG_TEST_DATA_OF"] = _WORKER
 os.environ.setdefault("RAG_DATA_DIR", tempfile.mkdtemp(prefix="rag-test-"))
 
 from .settings import *  # noqa: E402,F401,F403
