@@ -55,12 +55,13 @@ prod: install
 	$(PY) manage.py collectstatic --noinput -v0 && $(PY) manage.py rag reindex --if-changed --background && \
 	exec $(VENV)/bin/honcho start -f Procfile -p "$(PORT)"
 
-# The fast tests run in PYTEST_WORKERS processes (pytest-xdist; each has its own data folder and test database),
-# then the slow end-to-end ones (live servers, Celery workers sharing one Redis database, browsers) in one.
+# The tests run in PYTEST_WORKERS processes (pytest-xdist; each has its own data folder and test database): the
+# fast ones first, then the slow end-to-end ones (live servers, Celery workers on private queues, browsers), each
+# module's tests in one process (`--dist loadfile`: a module's servers are started once).
 PYTEST_WORKERS ?= 2
 
 test: install test-tools
-	$(VENV)/bin/pytest -m "not slow" -n $(PYTEST_WORKERS) && $(VENV)/bin/pytest -m slow
+	$(VENV)/bin/pytest -m "not slow" -n $(PYTEST_WORKERS) && $(VENV)/bin/pytest -m slow -n $(PYTEST_WORKERS) --dist loadfile
 
 test-fast: install test-tools
 	$(VENV)/bin/pytest -m "not slow" -n $(PYTEST_WORKERS)
