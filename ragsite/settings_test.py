@@ -3,7 +3,7 @@
 import os
 import tempfile
 
-# Each pytest-xdist worker (`make test` runs the fast tests in two) gets a data folder of its own; the servers and
+# Each pytest-xdist worker (`make test` runs the tests in two) gets a data folder of its own; the servers and
 # workers a test starts inherit its environment, and with it the folder.
 _WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
 if _WORKER and os.environ.get("RAG_TEST_DATA_OF") != _WORKER:
